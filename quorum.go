@@ -1,0 +1,224 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Outcome is what one node answered to one operation (acquire, extend,
+// release or fencing write-back).
+type Outcome int
+
+// The outcomes a node can report. OutcomePending means the node had not
+// answered when the vote was decided: Redlock does not wait for stragglers.
+const (
+	OutcomePending     Outcome = iota // no reply before the vote was decided
+	OutcomeGranted                    // the operation applied: key set, extended, released or fenced
+	OutcomeTaken                      // the key is held by another owner value
+	OutcomeNotHeld                    // the key is not there: expired, released, never set
+	OutcomeUnreachable                // connection refused, reset or closed
+	OutcomeTimedOut                   // no reply within the per-node timeout
+	OutcomeCanceled                   // the caller's context ended first
+	OutcomeError                      // the node answered with an error (script, auth, OOM...)
+)
+
+var outcomeNames = [...]string{"pending", "granted", "taken", "not-held", "unreachable", "timed-out", "canceled", "error"}
+
+// String returns a short lower-case name such as "granted" or "timed-out".
+func (o Outcome) String() string {
+	if o < 0 || int(o) >= len(outcomeNames) {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// NodeResult is one node's answer to one operation.
+type NodeResult struct {
+	// Node names the node: its address (never its password) or the name the
+	// client was given.
+	Node string
+	// Outcome is the typed result.
+	Outcome Outcome
+	// Err is the underlying error for OutcomeUnreachable, OutcomeTimedOut,
+	// OutcomeCanceled and OutcomeError; nil otherwise.
+	Err error
+	// Latency is how long the node took to answer; zero when it did not.
+	Latency time.Duration
+}
+
+// reply is what a node call returns before it becomes a NodeResult.
+type reply struct {
+	idx     int
+	code    int64  // codeApplied, codeNotHeld or codeTaken when err is nil
+	counter uint64 // fencing counter read by the acquire script
+	err     error
+	latency time.Duration
+}
+
+// tally is the state of one vote: every node's result so far and the
+// fencing counters reported by granting nodes.
+type tally struct {
+	results  []NodeResult
+	counters []uint64
+	granted  int
+}
+
+// maxCounter returns the highest fencing counter reported by a granting node.
+func (t *tally) maxCounter() uint64 {
+	var m uint64
+	for i, r := range t.results {
+		if r.Outcome == OutcomeGranted && t.counters[i] > m {
+			m = t.counters[i]
+		}
+	}
+	return m
+}
+
+// nodeOp runs one operation against one node with the given context.
+type nodeOp func(ctx context.Context, n *node) reply
+
+// vote sends op to every node at once and returns as soon as the outcome is
+// known: `need` nodes applied it, or so many refused or failed that `need`
+// can no longer be reached, or the per-node timeout or ctx ended (pending
+// nodes are then marked timed out or canceled). It does not wait for
+// stragglers, unless all is true: then it waits for every node's answer, up
+// to the per-node timeout (release and clean-up want every node). Replies that arrive after the decision are passed to late, in
+// the goroutine that received them; late may be nil.
+//
+// The returned wait blocks until every node call of this vote has finished
+// (each is bounded by the per-node timeout) and every late callback has run.
+// The client's WaitGroup also tracks them, so Close waits for them too.
+func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, func()) {
+	n := len(c.nodes)
+	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n)}
+	for i, nd := range c.nodes {
+		t.results[i] = NodeResult{Node: nd.name, Outcome: OutcomePending}
+	}
+
+	var (
+		mu      sync.Mutex
+		decided bool
+		replies = make(chan reply, n)
+	)
+	// deliver hands a reply to the decision loop, or to late once the vote
+	// is decided; the mutex makes the hand-over exact.
+	deliver := func(r reply) {
+		mu.Lock()
+		if !decided {
+			replies <- r
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		if late != nil {
+			late(r)
+		}
+	}
+
+	nodeCtx, cancel := context.WithTimeout(ctx, timeout)
+	var g errgroup.Group
+	c.inflight.Add(1)
+	for i, nd := range c.nodes {
+		g.Go(func() error {
+			start := time.Now()
+			r := op(nodeCtx, nd)
+			r.idx, r.latency = i, time.Since(start)
+			deliver(r)
+			return nil
+		})
+	}
+	wait := sync.OnceFunc(func() {
+		_ = g.Wait()
+		cancel()
+	})
+	go func() {
+		defer c.inflight.Done()
+		wait()
+	}()
+
+	answered := 0
+	record := func(r reply) {
+		answered++
+		res := &t.results[r.idx]
+		res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+		if res.Outcome == OutcomeGranted {
+			t.granted++
+			t.counters[r.idx] = r.counter
+		}
+	}
+	decide := func() bool {
+		if all {
+			return answered == n
+		}
+		return t.granted >= need || t.granted+(n-answered) < need
+	}
+
+	// The node context's Done fires at the per-node timeout or when ctx
+	// ends, whichever is first, even if a node call ignores its context
+	// (a user's client without ContextTimeoutEnabled).
+	byClock := false
+	for !byClock && !decide() {
+		select {
+		case r := <-replies:
+			record(r)
+		case <-nodeCtx.Done():
+			byClock = true
+		}
+	}
+
+	mu.Lock()
+	decided = true
+	// Replies queued before the decision still count: a node that answered
+	// in time must not be reported as timed out.
+	for len(replies) > 0 {
+		record(<-replies)
+	}
+	mu.Unlock()
+
+	if byClock {
+		// Decided by the clock or the caller: whoever has not answered is
+		// timed out, or canceled when the caller's context ended.
+		pending, cause := OutcomeTimedOut, error(context.DeadlineExceeded)
+		if err := ctx.Err(); err != nil {
+			pending, cause = OutcomeCanceled, err
+		}
+		for i := range t.results {
+			if t.results[i].Outcome == OutcomePending {
+				t.results[i].Outcome, t.results[i].Err = pending, cause
+			}
+		}
+	}
+	return t, wait
+}
+
+// classify turns a node reply into an Outcome.
+func classify(r reply) Outcome {
+	if r.err == nil {
+		switch r.code {
+		case codeApplied:
+			return OutcomeGranted
+		case codeTaken:
+			return OutcomeTaken
+		default:
+			return OutcomeNotHeld
+		}
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(r.err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &netErr) && netErr.Timeout():
+		return OutcomeTimedOut
+	}
+	var redisErr redis.Error
+	if errors.As(r.err, &redisErr) {
+		return OutcomeError
+	}
+	return OutcomeUnreachable
+}

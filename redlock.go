@@ -1,0 +1,801 @@
+// Package redlock is a mutual-exclusion lock held by a majority (quorum) of N
+// independent Redis masters: the Redlock algorithm, with fencing tokens.
+//
+// A Client talks to N nodes. Acquire sets the lock key on every node at once
+// and succeeds when a majority (N/2+1) granted it quickly enough that the
+// lock's validity time, TTL − elapsed − clock drift, is still positive. The
+// returned Lock is an immutable handle with that validity deadline, a fencing
+// token that increases across successive holders of the key, and what each
+// node answered. Release and Extend are owner-checked on every node.
+//
+// Redlock assumes bounded process pauses, network delays and clock drift
+// (see docs/safety.md): a holder that pauses past its validity can overlap
+// with the next holder. Pass the fencing token to the resource you protect so
+// that it rejects the stale holder's writes (docs/fencing.md).
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors returned by the package. Test them with errors.Is; a *QuorumError
+// (errors.As) carries the per-node outcomes behind ErrNotAcquired, ErrNotHeld
+// and ErrNoQuorum.
+var (
+	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
+	// client, a malformed URL, an empty key, a TTL not above the drift, a
+	// negative factor or timeout.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
+	// many nodes, too few nodes answered, the validity time ran out during the
+	// acquisition, or the context ended.
+	ErrNotAcquired = errors.New("redlock: lock not acquired")
+	// ErrNotHeld means Release or Extend found that this Lock is no longer
+	// held: its validity ran out, or too many nodes report the key expired or
+	// held by another owner.
+	ErrNotHeld = errors.New("redlock: lock not held")
+	// ErrNoQuorum means Release or Extend could not reach a majority of the
+	// nodes, so the outcome is unknown. After a failed Extend the lock stays
+	// valid until its previous deadline; after a failed Release the keys that
+	// were not deleted expire at their TTL.
+	ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
+	// ErrClosed is returned by operations on a closed Client.
+	ErrClosed = errors.New("redlock: client closed")
+)
+
+// QuorumError is the error of an operation that did not reach its quorum. It
+// wraps one of ErrNotAcquired, ErrNotHeld or ErrNoQuorum and, when the
+// caller's context ended, the context's error, so both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled) hold.
+type QuorumError struct {
+	Op       string       // "acquire", "extend" or "release"
+	Key      string       // the key as the caller named it (without prefix)
+	Quorum   int          // votes needed: N/2+1
+	Granted  int          // nodes on which the last attempt applied
+	Attempts int          // attempts made (acquire only)
+	Nodes    []NodeResult // each node's outcome in the last attempt, in node order
+	Err      error        // ErrNotAcquired, ErrNotHeld or ErrNoQuorum
+	Cause    error        // the context's error, or another reason; may be nil
+}
+
+// Error describes the failure and every node's outcome, without secrets.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: %s %q: applied on %d of %d nodes, %d needed", e.Err, e.Op, e.Key, e.Granted, len(e.Nodes), e.Quorum)
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (attempt %d)", e.Attempts)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, ": %v", e.Cause)
+	}
+	b.WriteString(" [")
+	for i, n := range e.Nodes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s", n.Node, n.Outcome)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// Unwrap returns the sentinel and, if set, the cause.
+func (e *QuorumError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
+
+// Option configures a Client (New, Dial) or one call (Acquire, TryAcquire).
+// An option given bad values makes the call return ErrInvalidArgument.
+type Option func(*config) error
+
+type config struct {
+	driftFactor float64
+	nodeTimeout time.Duration // 0: derived from the TTL, see defaultNodeTimeout
+	retry       RetryPolicy
+	prefix      string
+	owner       func() (string, error)
+	fencing     bool
+	logger      *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{
+		driftFactor: DefaultDriftFactor,
+		retry:       DefaultRetry(),
+		owner:       RandomOwner,
+		fencing:     true,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c config) timeoutFor(ttl time.Duration) time.Duration {
+	if c.nodeTimeout > 0 {
+		return c.nodeTimeout
+	}
+	return defaultNodeTimeout(ttl)
+}
+
+// WithDriftFactor sets the clock drift factor (default 0.01, the Redlock
+// spec's). The drift allowance is ttl × factor + 2 ms. The factor must be in
+// [0, 1).
+func WithDriftFactor(factor float64) Option {
+	return func(c *config) error {
+		if !(factor >= 0 && factor < 1) {
+			return fmt.Errorf("%w: drift factor %g must be in [0, 1)", ErrInvalidArgument, factor)
+		}
+		c.driftFactor = factor
+		return nil
+	}
+}
+
+// WithNodeTimeout sets how long one node may take to answer one operation
+// before its vote counts as timed out. It must be positive and below every
+// TTL used. Default: 1% of the TTL, within [20 ms, 1 s] and at most half the
+// TTL (the spec suggests 5–50 ms for a 10 s TTL).
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: node timeout %v must be positive", ErrInvalidArgument, d)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithRetry sets the retry policy of Acquire (default DefaultRetry: retry
+// with jittered backoff until the context ends). It must not be nil.
+func WithRetry(p RetryPolicy) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil retry policy", ErrInvalidArgument)
+		}
+		if v, ok := p.(interface{ validate() error }); ok {
+			if err := v.validate(); err != nil {
+				return err
+			}
+		}
+		c.retry = p
+		return nil
+	}
+}
+
+// WithKeyPrefix puts prefix in front of every key on the nodes, e.g.
+// "lock:" makes Acquire(ctx, "report", …) set "lock:report".
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithOwnerGenerator sets the function that makes each attempt's owner
+// value (default RandomOwner). Values must be unique across all clients and
+// attempts, or two clients could release each other's lock; an empty value
+// is an error.
+func WithOwnerGenerator(gen func() (string, error)) Option {
+	return func(c *config) error {
+		if gen == nil {
+			return fmt.Errorf("%w: nil owner generator", ErrInvalidArgument)
+		}
+		c.owner = gen
+		return nil
+	}
+}
+
+// WithFencing turns fencing tokens on (the default) or off. With fencing on,
+// an acquisition costs a second round trip to write the token back to a
+// majority (see docs/fencing.md); off, Lock.Token is always 0.
+func WithFencing(on bool) Option {
+	return func(c *config) error {
+		c.fencing = on
+		return nil
+	}
+}
+
+// WithLogger sets a structured logger. Debug logs every attempt and its
+// per-node outcomes; warn logs settings that weaken the lock. Owner values
+// and passwords are never logged. Default: no logging. It must not be nil.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// RandomOwner returns 128 random bits from crypto/rand, base64-encoded: the
+// default owner value, unguessable and unique with overwhelming probability.
+func RandomOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redlock: owner value: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// node is one Redis master.
+type node struct {
+	name   string
+	client redis.Scripter
+	closer func() error // nil for clients the user owns
+}
+
+// Client acquires locks on a fixed set of N independent Redis nodes. It is
+// safe for concurrent use. Close it when done: it waits for calls still in
+// flight and closes the connections it dialed itself.
+type Client struct {
+	nodes    []*node
+	quorum   int
+	cfg      config
+	inflight sync.WaitGroup
+	closed   atomic.Bool
+}
+
+// New returns a Client over the given go-redis clients, one per independent
+// node (a *redis.Client, a sentinel failover client, or a *redis.ClusterClient
+// for a cluster that counts as one node). The clients stay the caller's: Close
+// does not close them.
+//
+// Settings that matter on those clients: MaxRetries should be -1 (a re-sent
+// SET NX makes ownership ambiguous; Redlock retries whole attempts instead),
+// and ContextTimeoutEnabled should be true so that a slow node's connection is
+// given up at the per-node timeout rather than at ReadTimeout (the vote never
+// waits for it either way). Other values are logged as a warning.
+//
+// It returns ErrInvalidArgument for zero clients, a nil client, the same
+// client or address twice, or a bad option.
+func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
+	nodes := make([]*node, 0, len(clients))
+	for i, rc := range clients {
+		if rc == nil {
+			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
+		}
+		nodes = append(nodes, &node{name: clientName(rc, i), client: rc})
+	}
+	c, err := newClient(nodes, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, rc := range clients {
+		warnSettings(c.cfg.logger, rc)
+	}
+	return c, nil
+}
+
+// Dial returns a Client over nodes it connects to itself, one URL per node:
+// "redis://host:port", "rediss://host:port" for TLS,
+// "redis://user:password@host:port/db" for ACL users (see redis.ParseURL).
+// Its connections never re-send a command, honour the per-node timeout, and
+// make one quick dial attempt; Close closes them.
+//
+// It returns ErrInvalidArgument for zero URLs, a malformed URL, the same
+// address twice, or a bad option.
+func Dial(urls []string, opts ...Option) (*Client, error) {
+	nodes := make([]*node, len(urls))
+	parsed := make([]*redis.Options, len(urls))
+	for i, u := range urls {
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("%w: node %d: %v", ErrInvalidArgument, i, redactErr(err, u))
+		}
+		tuneOptions(o)
+		parsed[i] = o
+		nodes[i] = &node{name: fmt.Sprintf("%s/%d", o.Addr, o.DB)}
+	}
+	// Validate everything before dialing, so bad input leaves nothing open.
+	c, err := newClient(nodes, opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range c.nodes {
+		rc := redis.NewClient(parsed[i])
+		n.client, n.closer = rc, rc.Close
+	}
+	return c, nil
+}
+
+// tuneOptions applies the settings Redlock needs to a node we dial.
+func tuneOptions(o *redis.Options) {
+	o.MaxRetries = -1              // never re-send a command
+	o.ContextTimeoutEnabled = true // per-node timeouts end the call
+	o.DialerRetries = 1            // one dial attempt: a dead node fails at once
+	o.DisableIdentity = true       // no CLIENT SETINFO round trip on connect
+	o.Protocol = 2
+	if o.DialTimeout == 0 {
+		o.DialTimeout = time.Second
+	}
+}
+
+// NewNodeClient returns a go-redis client for one node at addr ("host:port")
+// with the settings Redlock needs (see Dial). Use it with New when you need
+// your own dialer or TLS configuration; extra may adjust the options before
+// the client is made (it may be nil).
+func NewNodeClient(addr string, extra func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: addr}
+	tuneOptions(o)
+	if extra != nil {
+		extra(o)
+	}
+	return redis.NewClient(o)
+}
+
+func newClient(nodes []*node, opts []Option) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no nodes", ErrInvalidArgument)
+	}
+	seen := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		if j, dup := seen[n.name]; dup {
+			return nil, fmt.Errorf("%w: node %d (%s) is the same node as node %d", ErrInvalidArgument, i, n.name, j)
+		}
+		seen[n.name] = i
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Client{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}, nil
+}
+
+// clientName names a user's client for logs, errors and duplicate checks.
+func clientName(rc redis.UniversalClient, i int) string {
+	switch c := rc.(type) {
+	case *redis.Client:
+		o := c.Options()
+		return fmt.Sprintf("%s/%d", o.Addr, o.DB)
+	case *redis.ClusterClient:
+		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
+	case *redis.Ring:
+		return fmt.Sprintf("ring-%p", c)
+	}
+	return fmt.Sprintf("node-%d-%p", i, rc)
+}
+
+func warnSettings(l *slog.Logger, rc redis.UniversalClient) {
+	c, ok := rc.(*redis.Client)
+	if !ok {
+		return
+	}
+	o := c.Options()
+	if o.MaxRetries != -1 {
+		l.Warn("redlock: node client re-sends failed commands; set MaxRetries: -1", "node", o.Addr, "max_retries", o.MaxRetries)
+	}
+	if !o.ContextTimeoutEnabled {
+		l.Warn("redlock: node client ignores context deadlines; set ContextTimeoutEnabled: true", "node", o.Addr)
+	}
+}
+
+// redactErr drops the URL's password from a parse error.
+func redactErr(err error, url string) error {
+	msg := err.Error()
+	if at := strings.LastIndex(url, "@"); at >= 0 {
+		if s := strings.Index(url, "://"); s >= 0 && s+3 < at {
+			msg = strings.ReplaceAll(msg, url[s+3:at], "REDACTED")
+		}
+	}
+	return errors.New(msg)
+}
+
+// Nodes returns the node names in order (addresses, never passwords).
+func (c *Client) Nodes() []string {
+	names := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		names[i] = n.name
+	}
+	return names
+}
+
+// Quorum returns the number of nodes that must agree: N/2 + 1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Close waits for node calls still in flight (each bounded by the per-node
+// timeout) and closes the connections that Dial opened. Clients passed to New
+// are left open. Later calls return ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.inflight.Wait()
+	var errs []error
+	for _, n := range c.nodes {
+		if n.closer != nil {
+			errs = append(errs, n.closer())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Lock is an acquired lock: an immutable handle, safe to share between
+// goroutines. Extend returns a new Lock; the old one keeps its old deadline.
+type Lock struct {
+	client     *Client
+	cfg        config
+	key        string // as the caller named it
+	keys       []string
+	owner      string
+	token      uint64
+	ttl        time.Duration
+	acquiredAt time.Time
+	validUntil time.Time
+	attempts   int
+	nodes      []NodeResult
+}
+
+// Key returns the key as passed to Acquire (without the prefix).
+func (l *Lock) Key() string { return l.key }
+
+// Owner returns the random owner value stored on the nodes. Treat it as a
+// secret: whoever knows it can release the lock.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token: it is greater than the token of every
+// earlier holder of this key, as long as no node lost its data (see
+// docs/fencing.md). Pass it to the resource the lock protects. It is 0 when
+// fencing is off.
+func (l *Lock) Token() uint64 { return l.token }
+
+// TTL returns the TTL the keys were set (or last extended) with.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// AcquiredAt returns when the lock was handed out (after the quorum, and
+// the fencing write-back, answered). For an extended lock, when the extension
+// was.
+func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
+
+// ValidUntil returns the validity deadline: the start of the attempt (or
+// extension) plus TTL minus the drift allowance. Past it the lock may have
+// expired on some node and another client may hold it.
+func (l *Lock) ValidUntil() time.Time { return l.validUntil }
+
+// Validity returns the validity time left: zero or negative once the lock
+// must no longer be trusted. It reads the monotonic clock.
+func (l *Lock) Validity() time.Duration { return time.Until(l.validUntil) }
+
+// Attempts returns how many attempts the acquisition took.
+func (l *Lock) Attempts() int { return l.attempts }
+
+// Nodes returns each node's outcome in the attempt (or extension) that
+// produced this Lock. A node still pending when the quorum was reached shows
+// OutcomePending. The slice is a copy.
+func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes...) }
+
+// Acquire takes the lock on key for ttl, retrying after a random delay while
+// the key is held elsewhere, until it succeeds, the retry policy gives up, or
+// ctx ends. One attempt (DESIGN §2, from the Redlock spec):
+//
+//  1. read the monotonic clock;
+//  2. send the acquire script to all N nodes at once, each with the per-node
+//     timeout;
+//  3. stop as soon as N/2+1 granted, or as soon as that became impossible;
+//  4. with fencing on, write the token back to a majority;
+//  5. validity = ttl − elapsed − (ttl × driftFactor + 2 ms), success only if
+//     positive;
+//  6. on failure, delete the attempt's key on all N nodes (also those that
+//     seemed to refuse: a lost reply can hide a granted SET).
+//
+// When it fails it returns a *QuorumError wrapping ErrNotAcquired (and ctx's
+// error if ctx ended), with every node's outcome in the last attempt; when it
+// returns, no key of its attempts is left on a node that answered in time,
+// and nodes that answered late are cleaned up before it returns. Bad
+// arguments give ErrInvalidArgument; a closed client ErrClosed. opts override
+// the client's options for this call.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	cfg := c.cfg
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return c.acquire(ctx, key, ttl, cfg)
+}
+
+// TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
+// once when the lock is held elsewhere.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	return c.Acquire(ctx, key, ttl, append(opts, WithRetry(NoRetry()))...)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	}
+	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
+		return nil, err
+	}
+	name := cfg.prefix + key
+	keys := []string{name, fenceKey(name)}
+
+	var (
+		waits []func()
+		last  *QuorumError
+	)
+	for attempt := 1; ; attempt++ {
+		if c.closed.Load() {
+			return nil, ErrClosed
+		}
+		lock, qerr, wait := c.attempt(ctx, key, keys, ttl, cfg)
+		waits = append(waits, wait)
+		if lock != nil {
+			lock.attempts = attempt
+			return lock, nil
+		}
+		if qerr == nil { // the owner generator failed
+			return nil, wait2err(waits, fmt.Errorf("%w: %s %q", ErrNotAcquired, "acquire", key))
+		}
+		last = qerr
+		last.Attempts = attempt
+		if ctx.Err() != nil {
+			break
+		}
+		delay, ok := cfg.retry.NextRetry(attempt)
+		if !ok {
+			break
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for _, w := range waits {
+		w()
+	}
+	if err := ctx.Err(); err != nil && last.Cause == nil {
+		last.Cause = err
+	}
+	return nil, last
+}
+
+func wait2err(waits []func(), err error) error {
+	for _, w := range waits {
+		w()
+	}
+	return err
+}
+
+// attempt states, read by late replies to know whether to clean up.
+const (
+	undecided int32 = iota
+	succeeded
+	failed
+)
+
+// attempt makes one acquisition attempt. It returns the lock, or the reason
+// it failed, and a function that waits for every node call it started.
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, func()) {
+	owner, err := cfg.owner()
+	if err != nil || owner == "" {
+		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
+		return nil, nil, func() {}
+	}
+	timeout := cfg.timeoutFor(ttl)
+	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
+	var state atomic.Int32
+	late := func(r reply) {
+		// A grant that arrives after the attempt failed (and after its
+		// release was sent) must be undone here.
+		if r.err == nil && r.code == codeApplied && state.Load() == failed {
+			c.releaseNode(context.WithoutCancel(ctx), c.nodes[r.idx], keys, owner, timeout)
+		}
+	}
+
+	start := time.Now()
+	acq, waitAcq := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		res, err := acquireScript.Run(ctx, n.client, keys, owner, ttlMs).Int64Slice()
+		if err != nil {
+			return reply{err: err}
+		}
+		if len(res) != 2 || res[1] < 0 {
+			return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
+		}
+		return reply{code: res[0], counter: uint64(res[1])}
+	}, late)
+	waits := []func(){waitAcq}
+	result := acq
+	var token uint64
+
+	ok := acq.granted >= c.quorum
+	if ok && cfg.fencing {
+		token = acq.maxCounter() + 1
+		tok := strconv.FormatUint(token, 10)
+		fence, waitFence := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+			code, err := fenceScript.Run(ctx, n.client, keys, owner, tok).Int64()
+			return reply{code: code, err: err}
+		}, nil)
+		waits = append(waits, waitFence)
+		if fence.granted < c.quorum {
+			ok, result = false, fence
+		}
+	}
+	acquiredAt := time.Now()
+	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
+	cause := error(nil)
+	if ok && validity <= 0 {
+		ok = false
+		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
+	}
+	cfg.logger.Debug("redlock: acquire attempt", "key", key, "ok", ok, "granted", acq.granted, "quorum", c.quorum,
+		"elapsed", acquiredAt.Sub(start), "validity", validity, "nodes", outcomeSummary(result.results))
+
+	waitAll := func() {
+		for _, w := range waits {
+			w()
+		}
+	}
+	if ok {
+		state.Store(succeeded)
+		return &Lock{
+			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token, ttl: ttl,
+			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
+			nodes: acq.results,
+		}, nil, waitAll
+	}
+
+	// Failed: release on every node, those that refused included.
+	state.Store(failed)
+	rel, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		return c.releaseOp(ctx, n, keys, owner)
+	}, nil)
+	_ = rel
+	waits = append(waits, waitRel)
+	if cause == nil {
+		cause = ctx.Err()
+	}
+	return nil, &QuorumError{
+		Op: "acquire", Key: key, Quorum: c.quorum, Granted: result.granted,
+		Nodes: result.results, Err: ErrNotAcquired, Cause: cause,
+	}, waitAll
+}
+
+func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
+	code, err := releaseScript.Run(ctx, n.client, keys[:1], owner).Int64()
+	return reply{code: code, err: err}
+}
+
+func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c.releaseOp(ctx, n, keys, owner)
+}
+
+// Release deletes the lock key on every node where it still holds this
+// lock's owner value, waiting for each node at most the per-node timeout. It
+// runs even if ctx is already canceled (a half-done release would leave keys
+// until their TTL); ctx's values are passed on.
+//
+// It returns nil when a majority of nodes confirmed the key is no longer ours
+// (deleted now, or already gone), so another client can acquire it; a
+// *QuorumError wrapping ErrNotHeld when no node still held it (the lock had
+// expired everywhere or was taken: nothing was deleted); and one wrapping
+// ErrNoQuorum when fewer than a majority of nodes could be reached (the
+// remaining keys expire at their TTL).
+func (l *Lock) Release(ctx context.Context) error {
+	c := l.client
+	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		return c.releaseOp(ctx, n, l.keys, l.owner)
+	}, nil)
+	wait()
+	gone, deleted := 0, t.granted
+	for _, r := range t.results {
+		if r.Outcome == OutcomeGranted || r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+			gone++
+		}
+	}
+	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
+	switch {
+	case deleted == 0 && gone == len(c.nodes):
+		qe.Err = ErrNotHeld
+	case gone < c.quorum:
+		qe.Err = ErrNoQuorum
+	default:
+		return nil
+	}
+	return qe
+}
+
+// Extend resets the lock's TTL to ttl on every node that still holds it and
+// returns a new Lock whose validity is ttl − elapsed − drift from the start of
+// the extension. It succeeds only if a majority applied it, and never revives
+// a lock whose validity has run out: then it returns ErrNotHeld without a
+// round trip. The fencing token is kept.
+//
+// Errors: ErrInvalidArgument for a bad ttl; a *QuorumError wrapping
+// ErrNotHeld when the lock is no longer held (expired here, or a majority of
+// nodes say the key is gone or someone else's), or ErrNoQuorum when too few
+// nodes answered (the receiver stays valid until its own deadline). The
+// context's error is wrapped too when ctx ended.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	c := l.client
+	timeout := l.cfg.timeoutFor(ttl)
+	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
+		return nil, err
+	}
+	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	start := time.Now()
+	if !start.Before(l.validUntil) {
+		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
+		return nil, qe
+	}
+	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
+	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		code, err := extendScript.Run(ctx, n.client, l.keys[:1], l.owner, ttlMs).Int64()
+		return reply{code: code, err: err}
+	}, nil)
+	now := time.Now()
+	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, ctx.Err()
+	if t.granted < c.quorum {
+		refused := 0
+		for _, r := range t.results {
+			if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+				refused++
+			}
+		}
+		if refused <= len(c.nodes)-c.quorum {
+			qe.Err = ErrNoQuorum
+		}
+		return nil, qe
+	}
+	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
+		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
+		return nil, qe
+	}
+	next := *l
+	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
+	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
+	return &next, nil
+}
+
+func outcomeSummary(rs []NodeResult) string {
+	var b strings.Builder
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r.Outcome.String())
+	}
+	return b.String()
+}
+
+// fenceKey names the fencing counter of lock key name. It shares name's
+// Redis Cluster hash slot: "{name}:fence" when name has no hash tag (the tag
+// is then name itself), or "name:fence" when name already has one.
+func fenceKey(name string) string {
+	if open := strings.IndexByte(name, '{'); open >= 0 {
+		if end := strings.IndexByte(name[open+1:], '}'); end > 0 {
+			return name + ":fence"
+		}
+	}
+	return "{" + name + "}:fence"
+}
