@@ -39,6 +39,11 @@ func checkTTL(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration)
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: ttl %v is below Redis's 1 ms expiry precision", ErrInvalidArgument, ttl)
 	}
+	if ttl%time.Millisecond != 0 {
+		// The nodes get whole milliseconds (PX): a fraction would be cut
+		// off there but counted in the validity time.
+		return fmt.Errorf("%w: ttl %v is not a whole number of milliseconds", ErrInvalidArgument, ttl)
+	}
 	if d := Drift(ttl, driftFactor); ttl <= d {
 		return fmt.Errorf("%w: ttl %v is not above the clock drift allowance %v (ttl × %g + 2 ms)", ErrInvalidArgument, ttl, d, driftFactor)
 	}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -133,20 +134,31 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 			return nil
 		})
 	}
-	wait := sync.OnceFunc(func() {
-		_ = g.Wait()
-		cancel()
-	})
+	// One goroutine waits for the node calls; wait only receives from done.
+	// (A sync.OnceFunc shared by two waiters would park the second on a
+	// mutex, which testing/synctest does not count as durably blocked: fake
+	// time would then stop while a node call sleeps on it.)
+	done := make(chan struct{})
 	go func() {
 		defer c.inflight.Done()
-		wait()
+		_ = g.Wait()
+		cancel()
+		close(done)
 	}()
+	wait := func() { <-done }
 
 	answered := 0
 	record := func(r reply) {
 		answered++
 		res := &t.results[r.idx]
 		res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+		if res.Outcome == OutcomeTimedOut {
+			// The caller's deadline cuts a node call short just as the
+			// per-node timeout would: say whose deadline it was.
+			if cause := callerEnded(ctx); cause != nil {
+				res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
+			}
+		}
 		if res.Outcome == OutcomeGranted {
 			t.granted++
 			t.counters[r.idx] = r.counter
@@ -185,7 +197,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		// Decided by the clock or the caller: whoever has not answered is
 		// timed out, or canceled when the caller's context ended.
 		pending, cause := OutcomeTimedOut, error(context.DeadlineExceeded)
-		if err := ctx.Err(); err != nil {
+		if err := callerEnded(ctx); err != nil {
 			pending, cause = OutcomeCanceled, err
 		}
 		for i := range t.results {
@@ -195,6 +207,19 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		}
 	}
 	return t, wait
+}
+
+// callerEnded returns the caller's context error, or DeadlineExceeded once
+// its deadline has passed even if its timer has not fired yet (the node
+// context's timer for the same instant may fire first).
+func callerEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // classify turns a node reply into an Outcome.

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,8 @@ type config struct {
 	owner       func() (string, error)
 	fencing     bool
 	logger      *slog.Logger
+	observer    Observer   // nil: none (observe.go)
+	hold        holdConfig // KeepAlive and Do (do.go)
 }
 
 func defaultConfig() config {
@@ -161,7 +164,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // with jittered backoff until the context ends). It must not be nil.
 func WithRetry(p RetryPolicy) Option {
 	return func(c *config) error {
-		if p == nil {
+		if f, ok := p.(RetryFunc); p == nil || ok && f == nil {
 			return fmt.Errorf("%w: nil retry policy", ErrInvalidArgument)
 		}
 		if v, ok := p.(interface{ validate() error }); ok {
@@ -207,9 +210,11 @@ func WithFencing(on bool) Option {
 	}
 }
 
-// WithLogger sets a structured logger. Debug logs every attempt and its
-// per-node outcomes; warn logs settings that weaken the lock. Owner values
-// and passwords are never logged. Default: no logging. It must not be nil.
+// WithLogger sets a structured logger. Debug logs every acquisition attempt,
+// extension and release with its per-node outcomes; warn logs settings that
+// weaken the lock, failed extensions and releases, and lost locks (see
+// Lease). Owner values and passwords are never logged. Default: no logging.
+// It must not be nil.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -264,7 +269,7 @@ type Client struct {
 func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 	nodes := make([]*node, 0, len(clients))
 	for i, rc := range clients {
-		if rc == nil {
+		if isNil(rc) {
 			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
 		}
 		nodes = append(nodes, &node{name: clientName(rc, i), client: rc})
@@ -359,6 +364,16 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	return &Client{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}, nil
 }
 
+// isNil reports whether rc is nil or holds a nil pointer (a typed nil such
+// as (*redis.Client)(nil), whose methods would panic).
+func isNil(rc redis.UniversalClient) bool {
+	if rc == nil {
+		return true
+	}
+	v := reflect.ValueOf(rc)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 // clientName names a user's client for logs, errors and duplicate checks.
 func clientName(rc redis.UniversalClient, i int) string {
 	switch c := rc.(type) {
@@ -379,7 +394,7 @@ func warnSettings(l *slog.Logger, rc redis.UniversalClient) {
 		return
 	}
 	o := c.Options()
-	if o.MaxRetries != -1 {
+	if o.MaxRetries > 0 { // Options() reports -1 (no retries) as 0
 		l.Warn("redlock: node client re-sends failed commands; set MaxRetries: -1", "node", o.Addr, "max_retries", o.MaxRetries)
 	}
 	if !o.ContextTimeoutEnabled {
@@ -441,6 +456,11 @@ type Lock struct {
 	validUntil time.Time
 	attempts   int
 	nodes      []NodeResult
+	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
+	// released is set before Release sends its deletes, and shared by the
+	// handles Extend derives: a node whose grant arrives after that (a
+	// straggler of the acquisition) is released by the late-reply path.
+	released *atomic.Bool
 }
 
 // Key returns the key as passed to Acquire (without the prefix).
@@ -501,6 +521,15 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // and nodes that answered late are cleaned up before it returns. Bad
 // arguments give ErrInvalidArgument; a closed client ErrClosed. opts override
 // the client's options for this call.
+//
+// Acquire is reentrant through ctx: when ctx is, or derives from, the context
+// of a Lease of this Client on the same key (Lease.Context, or the context Do
+// passes to its function), Acquire returns at once, without a round trip, a
+// nested handle on that lock (Attempts 0; ttl and retry options are ignored).
+// Releasing a nested handle does not touch the nodes: the lock is released
+// only when the outermost holder releases it. Extending one extends the shared
+// lock. If that Lease's context has ended, Acquire returns ErrNotAcquired
+// wrapping its cause. Any other context, or another Client, contends as usual.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	cfg := c.cfg
 	for _, o := range opts {
@@ -510,6 +539,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
+		return l, err
 	}
 	return c.acquire(ctx, key, ttl, cfg)
 }
@@ -569,7 +601,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	for _, w := range waits {
 		w()
 	}
-	if err := ctx.Err(); err != nil && last.Cause == nil {
+	if err := callerEnded(ctx); err != nil && last.Cause == nil {
 		last.Cause = err
 	}
 	return nil, last
@@ -600,10 +632,13 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	timeout := cfg.timeoutFor(ttl)
 	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
 	var state atomic.Int32
+	released := new(atomic.Bool)
 	late := func(r reply) {
-		// A grant that arrives after the attempt failed (and after its
-		// release was sent) must be undone here.
-		if r.err == nil && r.code == codeApplied && state.Load() == failed {
+		// A grant that arrives after the attempt failed, or after the lock
+		// was released (in both cases after the deletes were sent), must be
+		// undone here: the SET ran before this reply, the deletes may have
+		// run before the SET.
+		if r.err == nil && r.code == codeApplied && (state.Load() == failed || released.Load()) {
 			c.releaseNode(context.WithoutCancel(ctx), c.nodes[r.idx], keys, owner, timeout)
 		}
 	}
@@ -643,8 +678,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		ok = false
 		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
 	}
-	cfg.logger.Debug("redlock: acquire attempt", "key", key, "ok", ok, "granted", acq.granted, "quorum", c.quorum,
-		"elapsed", acquiredAt.Sub(start), "validity", validity, "nodes", outcomeSummary(result.results))
+	c.observeAttempt(ctx, cfg, key, ok, result, acquiredAt.Sub(start), validity, ttl, cause)
 
 	waitAll := func() {
 		for _, w := range waits {
@@ -656,19 +690,18 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		return &Lock{
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token, ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results,
+			nodes: acq.results, released: released,
 		}, nil, waitAll
 	}
 
 	// Failed: release on every node, those that refused included.
 	state.Store(failed)
-	rel, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		return c.releaseOp(ctx, n, keys, owner)
 	}, nil)
-	_ = rel
 	waits = append(waits, waitRel)
 	if cause == nil {
-		cause = ctx.Err()
+		cause = callerEnded(ctx)
 	}
 	return nil, &QuorumError{
 		Op: "acquire", Key: key, Quorum: c.quorum, Granted: result.granted,
@@ -697,9 +730,30 @@ func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner 
 // *QuorumError wrapping ErrNotHeld when no node still held it (the lock had
 // expired everywhere or was taken: nothing was deleted); and one wrapping
 // ErrNoQuorum when fewer than a majority of nodes could be reached (the
-// remaining keys expire at their TTL).
+// remaining keys expire at their TTL). After the Client is closed it returns
+// ErrClosed and leaves the keys to expire.
+//
+// A nested (reentrant) handle's Release returns nil without a round trip. A
+// Lease that keeps this lock alive is stopped first.
 func (l *Lock) Release(ctx context.Context) error {
+	if l.nested {
+		return nil // the outermost holder releases (reentrant.go)
+	}
+	endLease(l) // a released lock must not be extended (do.go)
+	start := time.Now()
+	t, err := l.release(ctx)
+	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context) (*tally, error) {
 	c := l.client
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if l.released != nil {
+		l.released.Store(true)
+	}
 	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		return c.releaseOp(ctx, n, l.keys, l.owner)
 	}, nil)
@@ -717,9 +771,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	case gone < c.quorum:
 		qe.Err = ErrNoQuorum
 	default:
-		return nil
+		return t, nil
 	}
-	return qe
+	return t, qe
 }
 
 // Extend resets the lock's TTL to ttl on every node that still holds it and
@@ -734,19 +788,26 @@ func (l *Lock) Release(ctx context.Context) error {
 // nodes answered (the receiver stays valid until its own deadline). The
 // context's error is wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	start := time.Now()
+	next, t, err := l.extend(ctx, ttl)
+	l.observeOp(ctx, OpExtend, start, ttl, t, next, err)
+	return next, err
+}
+
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, error) {
 	c := l.client
 	timeout := l.cfg.timeoutFor(ttl)
 	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
 	if c.closed.Load() {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	start := time.Now()
 	if !start.Before(l.validUntil) {
 		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
-		return nil, qe
+		return nil, nil, qe
 	}
 	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
 	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
@@ -754,7 +815,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 		return reply{code: code, err: err}
 	}, nil)
 	now := time.Now()
-	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, ctx.Err()
+	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {
 		refused := 0
 		for _, r := range t.results {
@@ -765,27 +826,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 		if refused <= len(c.nodes)-c.quorum {
 			qe.Err = ErrNoQuorum
 		}
-		return nil, qe
+		return nil, t, qe
 	}
 	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
 		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
-		return nil, qe
+		return nil, t, qe
 	}
 	next := *l
 	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
-	return &next, nil
-}
-
-func outcomeSummary(rs []NodeResult) string {
-	var b strings.Builder
-	for i, r := range rs {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(r.Outcome.String())
-	}
-	return b.String()
+	return &next, t, nil
 }
 
 // fenceKey names the fencing counter of lock key name. It shares name's

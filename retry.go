@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -74,7 +75,9 @@ func (p exponentialRetry) NextRetry(attempt int) (time.Duration, bool) {
 		return 0, false
 	}
 	ceil := p.max
-	if shift := attempt - 1; shift < 30 && p.base<<shift < p.max {
+	// Compare without shifting base up: base<<shift can overflow into a
+	// negative ceiling, which would mean no delay at all.
+	if shift := max(attempt-1, 0); shift < 63 && p.base < p.max>>shift {
 		ceil = p.base << shift
 	}
 	return randUpTo(ceil), true
@@ -96,6 +99,9 @@ func DefaultRetry() RetryPolicy {
 func randUpTo(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
+	}
+	if d == math.MaxInt64 {
+		return rand.N(d) // d+1 would overflow
 	}
 	return rand.N(d + 1)
 }

@@ -86,3 +86,14 @@ end
 if v then return -1 end
 return 0
 `)
+
+// inspectScript reads a lock's state on one node without changing it, for
+// Client.Inspect: {owner value or "", PTTL of the lock key in milliseconds
+// (-2 missing, -1 no expiry), fencing counter or ""}. It does not use the
+// return codes above.
+var inspectScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+local t = redis.call('PTTL', KEYS[1])
+local f = redis.call('GET', KEYS[2])
+return {v or '', t, f or ''}
+`)

@@ -1,0 +1,399 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Errors a Lease (and Do) ends with; test them with errors.Is.
+var (
+	// ErrLockLost means a lock kept alive by a Lease (or Do) stopped being
+	// trustworthy while it was held: an extension failed, or the validity
+	// ran out before an extension succeeded. Another client may hold the
+	// lock now. The error wraps the failed extension's *QuorumError, so
+	// errors.Is(err, ErrNotHeld) tells "taken or expired" from
+	// errors.Is(err, ErrNoQuorum), "too few nodes answered".
+	ErrLockLost = errors.New("redlock: lock lost")
+	// ErrHoldLimit means a Lease (or Do) reached the maximum hold time set
+	// with WithMaxHold, so it stopped extending the lock and ended its
+	// context.
+	ErrHoldLimit = errors.New("redlock: maximum hold time reached")
+)
+
+// errReleased is the context cause of a released Lease.
+var errReleased = fmt.Errorf("redlock: lease released: %w", context.Canceled)
+
+// holdConfig holds the options of KeepAlive and Do.
+type holdConfig struct {
+	interval time.Duration // 0: a third of the TTL
+	maxHold  time.Duration // 0: no limit
+}
+
+// intervalFor returns the extension interval for a lock of the given TTL.
+// An extension must start while the lock is still valid, so the interval
+// must be below the validity of a fresh lock, ttl − drift.
+func (h holdConfig) intervalFor(ttl time.Duration, driftFactor float64) (time.Duration, error) {
+	iv := h.interval
+	if iv == 0 {
+		iv = ttl / 3
+	}
+	if v := ttl - Drift(ttl, driftFactor); iv >= v {
+		return 0, fmt.Errorf("%w: extension interval %v must be below the lock's validity %v (ttl − drift)", ErrInvalidArgument, iv, v)
+	}
+	return iv, nil
+}
+
+// WithExtendInterval sets how often a Lease (KeepAlive, Do) extends its
+// lock: every d, counted from the start of the previous acquisition or
+// extension. Default: a third of the TTL, so that the lock still has about
+// two thirds of its validity when an extension starts. d must be positive
+// (else ErrInvalidArgument from the option) and below the validity of a fresh
+// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument).
+// Acquire and Extend ignore it.
+func WithExtendInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: extension interval %v must be positive", ErrInvalidArgument, d)
+		}
+		c.hold.interval = d
+		return nil
+	}
+}
+
+// WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
+// after KeepAlive was called, it stops extending and ends its context with a
+// cause wrapping ErrHoldLimit. The keys then expire at their TTL unless
+// released first (Do releases them at once). 0 means no limit (the default);
+// a negative d gives ErrInvalidArgument. Acquire and Extend ignore it.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: maximum hold time %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.hold.maxHold = d
+		return nil
+	}
+}
+
+// Lease keeps an acquired lock alive: it extends the lock in the background
+// and provides a context that is canceled the moment the lock can no longer
+// be trusted. Get one with Lock.KeepAlive; Do uses one for you. Its methods
+// are safe for concurrent use.
+//
+// The Lease's context carries the lock: Acquire (and Do) called with it, or a
+// context derived from it, on the same Client and key is reentrant (see
+// Client.Acquire).
+type Lease struct {
+	client *Client
+	name   string // the key on the nodes (prefix included)
+	cfg    config
+	nested bool // a reentrant lease: it neither extends nor releases
+
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	holdErr error         // the cause when the hold limit ends the context
+	done    chan struct{} // closed once the extender has stopped
+
+	mu   sync.Mutex
+	lock *Lock // the latest extension
+
+	releaseOnce sync.Once
+	releaseErr  error
+}
+
+// KeepAlive starts extending l in the background and returns the Lease that
+// does it. The Lease's context (Context, Done) derives from ctx and is
+// canceled, with a cause that Err returns, as soon as:
+//
+//   - an extension fails (the cause wraps ErrLockLost and Extend's
+//     *QuorumError);
+//   - the validity deadline of the latest handle (l.ValidUntil, then each
+//     extension's) passes before the next extension succeeded (ErrLockLost),
+//     even while that extension is still in flight;
+//   - the maximum hold time passes (ErrHoldLimit, see WithMaxHold);
+//   - ctx ends (ctx's cause), or the Lease or the lock is released.
+//
+// After that no further extension is made. Extensions are made every
+// interval (WithExtendInterval, default TTL/3) with the lock's TTL; each is
+// owner-checked, needs a majority and never revives an expired lock (see
+// Extend). Call Release when the work is done: it stops the extender and
+// releases the lock. Releasing l, or any Lock extended from it, directly
+// also stops the Lease. The Lease's goroutine exits once its context has
+// ended (after the extension in flight, if any, bounded by the per-node
+// timeout); Release and Lock.Release wait for it.
+//
+// opts override l's options for the Lease and its extensions (those that
+// matter: WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger,
+// WithObserver). KeepAlive returns ErrInvalidArgument for a bad option, an
+// interval not below l's validity or a node timeout not below its TTL, or
+// when another Lease already keeps l alive; ErrClosed if the Client is
+// closed. For a nested (reentrant) handle it returns a Lease that neither
+// extends nor releases: its context ends with the outer holder's.
+func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
+	cfg := l.cfg
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if len(opts) > 0 {
+		// The extensions, and the handles they make, use the Lease's options.
+		lc := *l
+		lc.cfg = cfg
+		l = &lc
+	}
+	s := &Lease{client: l.client, name: l.keys[0], cfg: cfg, nested: l.nested, lock: l, done: make(chan struct{})}
+	if l.nested {
+		s.ctx, s.cancel = context.WithCancelCause(withHeld(ctx, s))
+		close(s.done)
+		return s, nil
+	}
+	if err := checkTTL(l.ttl, cfg.driftFactor, cfg.timeoutFor(l.ttl)); err != nil {
+		return nil, err
+	}
+	interval, err := cfg.hold.intervalFor(l.ttl, cfg.driftFactor)
+	if err != nil {
+		return nil, err
+	}
+	if l.client.closed.Load() {
+		return nil, ErrClosed
+	}
+	if !registerLease(s, l.owner) {
+		return nil, fmt.Errorf("%w: lock %q is already kept alive by another Lease", ErrInvalidArgument, l.key)
+	}
+	parent, stopHold := ctx, context.CancelFunc(func() {})
+	if d := cfg.hold.maxHold; d > 0 {
+		s.holdErr = fmt.Errorf("%w: %q held for %v", ErrHoldLimit, l.key, d)
+		parent, stopHold = context.WithTimeoutCause(ctx, d, s.holdErr)
+	}
+	s.ctx, s.cancel = context.WithCancelCause(withHeld(parent, s))
+	go s.run(l, interval, stopHold)
+	return s, nil
+}
+
+// run extends the lock every interval until the Lease's context ends.
+func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc) {
+	defer close(s.done)
+	defer unregisterLease(s, l.owner)
+	defer stopHold()
+
+	// The validity deadline is watched by its own timer, not by this loop,
+	// so that the context ends on time even while an extension is in flight.
+	key := l.key
+	validity := time.AfterFunc(time.Until(l.validUntil), func() {
+		s.fail(fmt.Errorf("%w: %q: validity ran out before an extension succeeded", ErrLockLost, key))
+	})
+	defer validity.Stop()
+	next := time.NewTimer(time.Until(attemptStart(l).Add(interval)))
+	defer next.Stop()
+
+	for {
+		select {
+		case <-s.ctx.Done():
+			if s.holdErr != nil && context.Cause(s.ctx) == s.holdErr {
+				s.cfg.observe(s.ctx, Event{Op: OpLost, Key: key, Err: s.holdErr})
+			}
+			return
+		case <-next.C:
+		}
+		nl, err := l.Extend(s.ctx, l.ttl)
+		switch {
+		case s.ctx.Err() != nil:
+			// Released, lost by the validity timer, or the caller's context
+			// ended: the next select returns.
+		case err != nil:
+			s.fail(fmt.Errorf("%w: %q: extension failed: %w", ErrLockLost, key, err))
+		case !validity.Stop():
+			// The validity ran out while the extension was in flight: the
+			// timer's function is ending the context. An extension that
+			// succeeds late does not make the gap safe.
+		default:
+			s.mu.Lock()
+			s.lock = nl
+			s.mu.Unlock()
+			l = nl
+			validity.Reset(time.Until(l.validUntil))
+			next.Reset(time.Until(attemptStart(l).Add(interval)))
+		}
+	}
+}
+
+// attemptStart returns when the acquisition or extension that produced l
+// started: its validity deadline is that instant plus ttl − drift.
+func attemptStart(l *Lock) time.Time {
+	return l.validUntil.Add(-(l.ttl - Drift(l.ttl, l.cfg.driftFactor)))
+}
+
+// fail ends the Lease's context with cause, and reports the loss if it was
+// this call that ended it.
+func (s *Lease) fail(cause error) {
+	s.cancel(cause)
+	if context.Cause(s.ctx) == cause {
+		s.cfg.observe(s.ctx, Event{Op: OpLost, Key: s.Lock().key, Err: cause})
+	}
+}
+
+// stop ends the Lease's context (unless it has ended already) and waits for
+// the extender to stop.
+func (s *Lease) stop() {
+	s.cancel(errReleased)
+	<-s.done
+}
+
+// Context returns the lock-bound context: it derives from the context given
+// to KeepAlive and is canceled when the lock can no longer be trusted, the
+// hold limit passes, or the Lease is released (see KeepAlive). It carries the
+// lock for reentrant Acquire.
+func (s *Lease) Context() context.Context { return s.ctx }
+
+// Done returns a channel that is closed when the Lease's context ends:
+// Context().Done().
+func (s *Lease) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Err returns nil while the Lease's context is live, and afterwards why it
+// ended (context.Cause): an error wrapping ErrLockLost or ErrHoldLimit, the
+// cause of the parent context, or one wrapping context.Canceled after
+// Release.
+func (s *Lease) Err() error {
+	if s.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(s.ctx)
+}
+
+// Lock returns the latest handle of the lock: the one from the most recent
+// successful extension, whose ValidUntil is the current validity deadline.
+func (s *Lease) Lock() *Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lock
+}
+
+// Release ends the Lease's context, waits for the extender to stop, then
+// releases the lock on the nodes (Lock.Release on the latest handle, whose
+// error it returns; ctx is used as there). Only the first call does this;
+// later calls return the first call's error. For a nested (reentrant) Lease
+// it only ends the context and returns nil: the outermost holder releases.
+func (s *Lease) Release(ctx context.Context) error {
+	s.releaseOnce.Do(func() {
+		s.stop()
+		if !s.nested {
+			s.releaseErr = s.Lock().Release(ctx)
+		}
+	})
+	return s.releaseErr
+}
+
+// Do acquires the lock on key for ttl (as Acquire, with the same options),
+// runs fn with a context bound to the lock (as Lock.KeepAlive: extended in
+// the background, canceled the moment the lock can no longer be trusted),
+// and releases the lock when fn returns or panics. A panic propagates after
+// the release. When Do returns, no goroutine it started remains.
+//
+// It returns:
+//   - the error of Acquire, without running fn, when the lock was not
+//     acquired (ErrNotAcquired, ErrInvalidArgument, ErrClosed; see Acquire);
+//   - ErrInvalidArgument for a nil fn or an extension interval not below the
+//     validity, before contacting any node;
+//   - when the lock was lost or the hold limit passed before fn returned, an
+//     error wrapping the Lease's cause (ErrLockLost with the failed
+//     extension's *QuorumError, or ErrHoldLimit) and fn's error if any, so
+//     errors.Is matches both;
+//   - otherwise fn's error.
+//
+// A failed release after fn returned is not returned (fn's work is done and
+// the keys expire at their TTL): it is logged at warn level and reported to
+// the Observer. If ctx already holds key through this Client (Do nested in
+// Do, see Acquire), fn runs under the outer holder's lock and the outermost
+// Do releases it. opts may include WithExtendInterval and WithMaxHold.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	cfg := c.cfg
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	if heldLease(ctx, c, cfg.prefix+key) == nil {
+		if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
+			return err
+		}
+		if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+			return err
+		}
+	}
+	lock, err := c.Acquire(ctx, key, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	lease, err := lock.KeepAlive(ctx, opts...)
+	if err != nil {
+		_ = lock.Release(context.WithoutCancel(ctx))
+		return err
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
+	}()
+	fnErr := fn(lease.Context())
+	returned = true
+
+	cause := lease.Err()
+	_ = lease.Release(context.WithoutCancel(ctx)) // logged and observed by Release
+	if errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrHoldLimit) {
+		if fnErr == nil {
+			return cause
+		}
+		return fmt.Errorf("%w; fn returned: %w", cause, fnErr)
+	}
+	return fnErr
+}
+
+// leases maps the owner value of every running Lease to it, so that
+// Lock.Release on any handle of the lock stops its Lease.
+var leases = struct {
+	sync.Mutex
+	byOwner map[string]*Lease
+}{byOwner: map[string]*Lease{}}
+
+func registerLease(s *Lease, owner string) bool {
+	leases.Lock()
+	defer leases.Unlock()
+	if _, dup := leases.byOwner[owner]; dup {
+		return false
+	}
+	leases.byOwner[owner] = s
+	return true
+}
+
+func unregisterLease(s *Lease, owner string) {
+	leases.Lock()
+	defer leases.Unlock()
+	if leases.byOwner[owner] == s {
+		delete(leases.byOwner, owner)
+	}
+}
+
+// endLease stops the Lease that keeps l alive, if any: Lock.Release calls it
+// so that a released lock is no longer extended.
+func endLease(l *Lock) {
+	leases.Lock()
+	s := leases.byOwner[l.owner]
+	leases.Unlock()
+	if s != nil && s.client == l.client {
+		s.stop()
+	}
+}

@@ -1,0 +1,214 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// Five independent Redis masters (here in-process miniredis nodes), one lock
+// on a majority of them. The fencing token grows with every new holder: pass
+// it to the resource the lock protects, so that it can refuse a stale
+// holder's writes.
+func ExampleClient_Acquire() {
+	var nodes []redis.UniversalClient
+	for range 5 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		rdb := redlock.NewNodeClient(m.Addr(), nil) // no command retries, context timeouts honoured
+		defer rdb.Close()
+		nodes = append(nodes, rdb)
+	}
+	client, err := redlock.New(nodes) // the clients stay ours: Close leaves them open
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Acquire(ctx, "report:acme", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("acquired %s on a majority of %d nodes, token %d\n", lock.Key(), len(client.Nodes()), lock.Token())
+	fmt.Println("valid for less than the TTL:", lock.Validity() > 0 && lock.Validity() < 10*time.Second)
+
+	// ... build the report, handing lock.Token() to the report store ...
+
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	next, err := client.Acquire(ctx, "report:acme", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Release(ctx)
+	fmt.Println("next holder's token:", next.Token())
+	// Output:
+	// acquired report:acme on a majority of 5 nodes, token 1
+	// valid for less than the TTL: true
+	// next holder's token: 2
+}
+
+// Dial connects to the nodes itself, one URL per node ("rediss://" for TLS,
+// "redis://user:password@host:port/db" for an ACL user), with settings that
+// suit Redlock; Close closes those connections.
+func ExampleDial() {
+	var (
+		nodes []*miniredis.Miniredis
+		urls  []string
+	)
+	for range 3 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		nodes = append(nodes, m)
+		urls = append(urls, "redis://"+m.Addr())
+	}
+
+	client, err := redlock.Dial(urls, redlock.WithKeyPrefix("lock:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	fmt.Printf("%d nodes, quorum %d\n", len(client.Nodes()), client.Quorum())
+
+	ctx := context.Background()
+	lock, err := client.TryAcquire(ctx, "invoice-42", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	held := 0
+	for _, m := range nodes {
+		if m.Exists("lock:invoice-42") { // the prefix is added on the nodes
+			held++
+		}
+	}
+	fmt.Println("lock:invoice-42 set on a majority:", held >= client.Quorum())
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	// Bad input is refused before anything is dialed.
+	_, err = redlock.Dial([]string{urls[0], urls[0]})
+	fmt.Println("same node twice is invalid:", errors.Is(err, redlock.ErrInvalidArgument))
+	// Output:
+	// 3 nodes, quorum 2
+	// lock:invoice-42 set on a majority: true
+	// same node twice is invalid: true
+}
+
+// Extend returns a new Lock with a fresh validity; the old handle keeps its
+// own. A lock that is no longer held is never revived.
+func ExampleLock_Extend() {
+	var urls []string
+	for range 3 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		urls = append(urls, "redis://"+m.Addr())
+	}
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Acquire(ctx, "nightly-batch", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	longer, err := lock.Extend(ctx, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("TTL:", longer.TTL(), "(the old handle still says", lock.TTL().String()+")")
+	fmt.Println("validity grew:", longer.Validity() > lock.Validity())
+	fmt.Println("same fencing token:", longer.Token() == lock.Token())
+
+	if err := longer.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = longer.Extend(ctx, 30*time.Second)
+	fmt.Println("extend after release:", errors.Is(err, redlock.ErrNotHeld))
+	// Output:
+	// TTL: 30s (the old handle still says 5s)
+	// validity grew: true
+	// same fencing token: true
+	// extend after release: true
+}
+
+// TryAcquire makes one attempt. When the lock is held elsewhere the error
+// matches ErrNotAcquired, and a *QuorumError tells what each node answered.
+// Redlock decides as soon as a majority is out of reach: nodes whose answer
+// was not needed show "pending". Here another owner holds the key on nodes 0
+// to 2, and nodes 3 and 4 hang (a stand-in for a paused Redis).
+func ExampleClient_TryAcquire() {
+	var nodes []redis.UniversalClient
+	for i := range 5 {
+		var addr string
+		if i < 3 {
+			m, err := miniredis.Run()
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer m.Close()
+			if err := m.Set("report:acme", "another-owner"); err != nil {
+				log.Fatal(err)
+			}
+			m.SetTTL("report:acme", 10*time.Second)
+			addr = m.Addr()
+		} else {
+			// Accepts connections (the kernel does) but never answers.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer ln.Close()
+			addr = ln.Addr().String()
+		}
+		rdb := redlock.NewNodeClient(addr, nil)
+		defer rdb.Close()
+		nodes = append(nodes, rdb)
+	}
+	client, err := redlock.New(nodes, redlock.WithNodeTimeout(300*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	_, err = client.TryAcquire(context.Background(), "report:acme", 10*time.Second)
+	fmt.Println("not acquired:", errors.Is(err, redlock.ErrNotAcquired))
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		fmt.Printf("%s %q: granted by %d of %d nodes, %d needed\n", qe.Op, qe.Key, qe.Granted, len(qe.Nodes), qe.Quorum)
+		for i, n := range qe.Nodes {
+			fmt.Printf("node %d: %s\n", i, n.Outcome)
+		}
+	}
+	// Output:
+	// not acquired: true
+	// acquire "report:acme": granted by 0 of 5 nodes, 3 needed
+	// node 0: taken
+	// node 1: taken
+	// node 2: taken
+	// node 3: pending
+	// node 4: pending
+}

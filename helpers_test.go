@@ -1,0 +1,235 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// testNode is one in-memory Redis master for tests run inside a
+// testing/synctest bubble: a miniredis whose TTLs follow the bubble's fake
+// clock (ClockTTL), reached by a go-redis client over net.Pipe (no socket, no
+// host lookup). Faults are verbs on it: Slow, SlowAcquire, Refuse, Fail.
+type testNode struct {
+	m    *miniredis.Miniredis
+	rc   *redis.Client
+	addr string // a literal IP:port: names the node, never dialed
+
+	refused atomic.Bool
+	mu      sync.Mutex
+	delay   func(cmd string, args []string) time.Duration // nil: no delay
+}
+
+// errRefused is what a refusing node's dialer returns: a dial error that
+// is neither a timeout nor a Redis error reply.
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+// newTestNode starts node number i (its address is 127.0.0.1:7001+i). Its
+// client, then its server, are closed in t.Cleanup, which a bubble runs
+// inside the bubble.
+func newTestNode(t testing.TB, i int) *testNode {
+	t.Helper()
+	n := &testNode{m: miniredis.NewMiniRedis(), addr: fmt.Sprintf("127.0.0.1:%d", 7001+i)}
+	n.m.ClockTTL(true)
+	// The first Dial starts the in-memory server, which the pre-hook needs.
+	conn, err := n.m.Dial()
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	n.installHook()
+	n.rc = redis.NewClient(&redis.Options{
+		Addr: n.addr,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			if n.refused.Load() {
+				return nil, errRefused
+			}
+			return n.m.Dial()
+		},
+		MaxRetries:            -1,
+		DialerRetries:         1, // a refused node fails at once, as with Dial
+		ContextTimeoutEnabled: true,
+		Protocol:              2,
+		DisableIdentity:       true,
+	})
+	t.Cleanup(func() {
+		_ = n.rc.Close()
+		n.m.Close()
+	})
+	return n
+}
+
+// installHook makes the node run each command after the delay its delay
+// function asks for. In a bubble the sleep is fake time, and it holds only
+// the connection that sent the command (miniredis serves connections
+// concurrently).
+func (n *testNode) installHook() {
+	n.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+		n.mu.Lock()
+		f := n.delay
+		n.mu.Unlock()
+		if f != nil {
+			if d := f(cmd, args); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		return false
+	})
+}
+
+// Slow delays every script call (all the library sends) by d before the
+// node runs it. Commands that a script issues inside the node are not
+// delayed: miniredis runs them through the same hook while it holds its
+// lock, and sleeping there would freeze the whole node.
+func (n *testNode) Slow(d time.Duration) {
+	n.SlowIf(d, func(cmd string, _ []string) bool { return cmd == "EVALSHA" || cmd == "EVAL" })
+}
+
+// SlowAcquire delays only two-key scripts (the acquire script, and the
+// fencing write-back when fencing is on) by d: a release or extend sent
+// after such a command runs before it.
+func (n *testNode) SlowAcquire(d time.Duration) {
+	n.SlowIf(d, func(cmd string, args []string) bool {
+		return (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 1 && args[1] == "2"
+	})
+}
+
+// SlowIf delays the commands that match by d.
+func (n *testNode) SlowIf(d time.Duration, match func(cmd string, args []string) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.delay = func(cmd string, args []string) time.Duration {
+		if match(cmd, args) {
+			return d
+		}
+		return 0
+	}
+}
+
+// Refuse makes the node unreachable: new dials are refused and the server
+// closes its open connections. Its data stays readable through n.m.
+func (n *testNode) Refuse() {
+	n.refused.Store(true)
+	n.m.Close()
+}
+
+// Fail makes the node answer every command with a Redis error reply.
+func (n *testNode) Fail(msg string) { n.m.SetError(msg) }
+
+// Has reports whether key exists on the node (expired keys do not).
+func (n *testNode) Has(key string) bool { return n.m.Exists(key) }
+
+// Value returns key's value on the node, "" when it does not exist.
+func (n *testNode) Value(key string) string {
+	v, err := n.m.Get(key)
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// cluster is N test nodes and a redlock Client over them.
+type cluster struct {
+	nodes []*testNode
+	rl    *redlock.Client
+}
+
+// newCluster starts n nodes and a Client over them (built with New, so the
+// node clients stay ours and are closed after the Client).
+func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+	t.Helper()
+	c := &cluster{}
+	clients := make([]redis.UniversalClient, n)
+	for i := range n {
+		nd := newTestNode(t, i)
+		c.nodes = append(c.nodes, nd)
+		clients[i] = nd.rc
+	}
+	rl, err := redlock.New(clients, opts...)
+	require.NoError(t, err)
+	// Registered after the nodes' clean-ups, so it runs before them.
+	t.Cleanup(func() { require.NoError(t, rl.Close()) })
+	c.rl = rl
+	return c
+}
+
+// warmUp loads every script on every node (acquire, fence, extend, release)
+// with a throw-away lock, so that a delay installed later applies to the
+// script call itself and not to a NOSCRIPT round trip first. It must run
+// inside a synctest bubble: it waits for the stragglers' calls too.
+func (c *cluster) warmUp(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
+	require.NoError(t, err)
+	l, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	synctest.Wait()
+}
+
+// holders returns how many nodes hold key.
+func (c *cluster) holders(key string) int {
+	k := 0
+	for _, n := range c.nodes {
+		if n.Has(key) {
+			k++
+		}
+	}
+	return k
+}
+
+// requireNoKey fails unless no node holds key.
+func (c *cluster) requireNoKey(t testing.TB, key string) {
+	t.Helper()
+	for i, n := range c.nodes {
+		require.False(t, n.Has(key), "node %d (%s) still holds %q = %q", i, n.addr, key, n.Value(key))
+	}
+}
+
+// holdElsewhere sets key to another owner's value with ttl on the given
+// nodes, as if another client held the lock there.
+func (c *cluster) holdElsewhere(t testing.TB, key string, ttl time.Duration, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		require.NoError(t, c.nodes[i].m.Set(key, "someone-else"))
+		c.nodes[i].m.SetTTL(key, ttl)
+	}
+}
+
+// outcomes lists the outcome of each node result, in node order.
+func outcomes(rs []redlock.NodeResult) []redlock.Outcome {
+	out := make([]redlock.Outcome, len(rs))
+	for i, r := range rs {
+		out[i] = r.Outcome
+	}
+	return out
+}
+
+// isTimeout reports whether err says a node call ran out of time: the
+// per-node context's deadline, or the connection's deadline it set.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// quorumError requires err to be a *QuorumError and returns it.
+func quorumError(t testing.TB, err error) *redlock.QuorumError {
+	t.Helper()
+	require.Error(t, err)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe, "want a *QuorumError, got %T: %v", err, err)
+	return qe
+}

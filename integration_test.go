@@ -1,0 +1,257 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/redisserver"
+)
+
+// The tests in this file run against real redis-server processes, five per
+// test, started on free loopback ports and stopped by pid. They skip when
+// redis-server is not installed, and fail instead under CI=true.
+
+// realCluster is five redis-server processes, a redlock Client dialed to them
+// with URLs, and a plain go-redis client per server to look at the keys.
+type realCluster struct {
+	servers []*redisserver.Server
+	plain   []*redis.Client
+	rl      *redlock.Client
+}
+
+func startRealCluster(t *testing.T, opts ...redlock.Option) *realCluster {
+	t.Helper()
+	redisserver.Require(t)
+	// Registered first, so it runs last: after every server is closed, no
+	// process of ours is left.
+	t.Cleanup(func() {
+		assert.Empty(t, redisserver.LivePids(), "redis-server processes left running")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	servers, err := redisserver.StartN(ctx, 5, redisserver.Options{})
+	require.NoError(t, err)
+	rc := &realCluster{servers: servers}
+	for _, s := range servers {
+		t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	}
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		require.NotZero(t, s.Pid())
+		urls[i] = "redis://" + s.Addr()
+		p := redis.NewClient(&redis.Options{
+			Addr: s.Addr(), Protocol: 2, DisableIdentity: true, MaxRetries: -1, DialerRetries: 1,
+			ContextTimeoutEnabled: true,
+		})
+		t.Cleanup(func() { _ = p.Close() })
+		rc.plain = append(rc.plain, p)
+	}
+	rl, err := redlock.Dial(urls, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, rl.Close()) })
+	rc.rl = rl
+	for i, s := range servers {
+		assert.Equal(t, s.Addr()+"/0", rl.Nodes()[i])
+	}
+	return rc
+}
+
+// exists reports whether key exists on server i (asked over a plain client).
+func (rc *realCluster) exists(t *testing.T, i int, key string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := rc.plain[i].Exists(ctx, key).Result()
+	require.NoError(t, err, "EXISTS on server %d", i)
+	return n == 1
+}
+
+// requireNoKey fails unless no live server holds key.
+func (rc *realCluster) requireNoKey(t *testing.T, key string, servers ...int) {
+	t.Helper()
+	if servers == nil {
+		servers = []int{0, 1, 2, 3, 4}
+	}
+	for _, i := range servers {
+		require.False(t, rc.exists(t, i, key), "server %d (%s) still holds %q", i, rc.servers[i].Addr(), key)
+	}
+}
+
+// warmUp loads the scripts on every server, so that a server paused later
+// runs a queued script call when it resumes instead of answering NOSCRIPT.
+func (rc *realCluster) warmUp(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := rc.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
+	require.NoError(t, err)
+	l, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestRealRedis_AcquireExtendRelease(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+
+	l, err := rc.rl.Acquire(ctx, "report", ttl)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), l.Token())
+	assert.Greater(t, l.Validity(), ttl-redlock.Drift(ttl, redlock.DefaultDriftFactor)-time.Second)
+	// Stragglers may still be on their way; the quorum already holds it.
+	holders := 0
+	for i, p := range rc.plain {
+		v, err := p.Get(ctx, "report").Result()
+		if err == redis.Nil {
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, l.Owner(), v, "server %d", i)
+		pttl, err := p.PTTL(ctx, "report").Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, ttl-time.Second, "server %d", i)
+		assert.LessOrEqual(t, pttl, ttl, "server %d", i)
+		holders++
+	}
+	assert.GreaterOrEqual(t, holders, 3)
+
+	_, err = rc.rl.TryAcquire(ctx, "report", ttl)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired, "held: a second acquisition must fail")
+
+	l2, err := l.Extend(ctx, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, l.Token(), l2.Token())
+	assert.True(t, l2.ValidUntil().After(l.ValidUntil()))
+	extended := 0
+	for _, p := range rc.plain {
+		if pttl, err := p.PTTL(ctx, "report").Result(); err == nil && pttl > ttl {
+			extended++
+		}
+	}
+	assert.GreaterOrEqual(t, extended, 3)
+
+	require.NoError(t, l2.Release(ctx))
+	rc.requireNoKey(t, "report")
+
+	l3, err := rc.rl.TryAcquire(ctx, "report", ttl)
+	require.NoError(t, err)
+	assert.Greater(t, l3.Token(), l.Token())
+	require.NoError(t, l3.Release(ctx))
+	rc.requireNoKey(t, "report")
+}
+
+func TestRealRedis_MinorityKilledStillAcquires(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx := context.Background()
+	killed := []int{1, 3}
+	for _, i := range killed {
+		require.NoError(t, rc.servers[i].Kill())
+	}
+
+	l, err := rc.rl.TryAcquire(ctx, "report", 10*time.Second)
+	require.NoError(t, err)
+	for _, i := range killed {
+		assert.Contains(t, []redlock.Outcome{redlock.OutcomeUnreachable, redlock.OutcomePending}, l.Nodes()[i].Outcome, "server %d", i)
+	}
+	_, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	rc.requireNoKey(t, "report", 0, 2, 4)
+}
+
+func TestRealRedis_MajorityKilledFailsFast(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx := context.Background()
+	killed := []int{0, 2, 4}
+	for _, i := range killed {
+		require.NoError(t, rc.servers[i].Kill())
+	}
+
+	start := time.Now()
+	l, err := rc.rl.TryAcquire(ctx, "report", 10*time.Second)
+	elapsed := time.Since(start)
+	assert.Nil(t, l, "no false success")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	// A sanity bound, not a performance figure: a refused connection must
+	// not be retried for seconds.
+	assert.Less(t, elapsed, 2*time.Second)
+	qe := quorumError(t, err)
+	unreachable := 0
+	for _, i := range killed {
+		o := qe.Nodes[i].Outcome
+		assert.Contains(t, []redlock.Outcome{redlock.OutcomeUnreachable, redlock.OutcomePending}, o, "server %d", i)
+		if o == redlock.OutcomeUnreachable {
+			unreachable++
+		}
+	}
+	assert.GreaterOrEqual(t, unreachable, 2, "the vote fails once a majority is impossible")
+	assert.Less(t, qe.Granted, qe.Quorum)
+	rc.requireNoKey(t, "report", 1, 3)
+}
+
+// One SIGSTOPped server must not hold up Acquire: it is left pending (or
+// timed out) and the quorum of the other four decides.
+func TestRealRedis_PausedNodeDoesNotBlock(t *testing.T) {
+	rc := startRealCluster(t)
+	rc.warmUp(t)
+	ctx := context.Background()
+	paused := rc.servers[2]
+	require.NoError(t, paused.Stop())
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = paused.Cont()
+		}
+	})
+
+	start := time.Now()
+	l, err := rc.rl.Acquire(ctx, "report", 10*time.Second)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second, "sanity bound: the paused server is not waited for")
+	assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)
+
+	// On SIGCONT the server runs the acquire script it received while
+	// paused; the release sent afterwards deletes that key too.
+	require.NoError(t, paused.Cont())
+	stopped = false
+	require.NoError(t, l.Release(ctx))
+	rc.requireNoKey(t, "report")
+}
+
+// A lock released while one server is paused: once the server resumes it may
+// still set our key (the acquire script was already in its socket, while the
+// release needed a new connection whose handshake the paused server never
+// answered), and that key only expires at its TTL. It must not keep the next
+// client from taking the lock on the other servers.
+func TestRealRedis_ReleasedWhilePausedDoesNotBlockNextHolder(t *testing.T) {
+	rc := startRealCluster(t)
+	rc.warmUp(t)
+	ctx := context.Background()
+	paused := rc.servers[2]
+	require.NoError(t, paused.Stop())
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = paused.Cont()
+		}
+	})
+
+	l, err := rc.rl.Acquire(ctx, "report", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx), "four of five servers confirmed the release")
+	rc.requireNoKey(t, "report", 0, 1, 3, 4)
+	require.NoError(t, paused.Cont())
+	stopped = false
+
+	next, err := rc.rl.TryAcquire(ctx, "report", 10*time.Second)
+	require.NoError(t, err, "the next holder gets the lock at once")
+	assert.Greater(t, next.Token(), l.Token())
+	require.NoError(t, next.Release(ctx))
+	rc.requireNoKey(t, "report", 0, 1, 3, 4)
+}

@@ -1,0 +1,201 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The operations an Event reports, as in QuorumError.Op.
+const (
+	OpAcquire = "acquire" // one acquisition attempt (Acquire may make several)
+	OpExtend  = "extend"  // one Extend call, by the caller or by a Lease
+	OpRelease = "release" // one Release call that went to the nodes
+	OpLost    = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
+)
+
+// Event describes one finished operation, for metrics and tracing. The
+// Observer set with WithObserver receives one per acquisition attempt,
+// extension, release and lost lock. It never carries the owner value or a
+// password.
+type Event struct {
+	// Op is OpAcquire, OpExtend, OpRelease or OpLost.
+	Op string
+	// Key is the key as the caller named it (without the prefix).
+	Key string
+	// OK reports whether the operation succeeded: the attempt acquired the
+	// lock, the extension applied on a quorum in time, the release was
+	// confirmed by a quorum. Always false for OpLost.
+	OK bool
+	// Granted is how many nodes applied the operation; Quorum how many were
+	// needed (N/2+1). Zero for OpLost.
+	Granted, Quorum int
+	// Latency is how long the operation took, from before its first request
+	// to its decision (acquire: including the fencing write-back).
+	Latency time.Duration
+	// Validity is, for an acquire attempt or an extension, the validity time
+	// left when it decided: TTL − Latency − Drift. It is the margin the
+	// holder has before the lock must no longer be trusted; zero or negative
+	// means the attempt failed for lack of time. Zero for other operations.
+	Validity time.Duration
+	// Drift is the clock drift allowance subtracted from the TTL
+	// (TTL × drift factor + 2 ms) for acquire and extend; zero otherwise.
+	Drift time.Duration
+	// Nodes holds each node's outcome, in node order; nil when the
+	// operation made no round trip (OpLost, an extension refused locally
+	// because the validity had run out).
+	Nodes []NodeResult
+	// Err is why the operation failed (nil when OK): a *QuorumError for
+	// acquire, extend and release, or the cause a Lease ended with for
+	// OpLost (wrapping ErrLockLost or ErrHoldLimit).
+	Err error
+}
+
+// Observer receives an Event after each operation (see WithObserver). Observe
+// is called synchronously on the goroutine that ran the operation, so it must
+// be quick and must not block; it may be called from many goroutines at once.
+// It must not call back into the Client.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// WithObserver sets an Observer that receives an Event for every acquisition
+// attempt, extension, release and lost lock: a hook for metrics such as
+// attempt latency, votes, validity margin and lost locks. Default: none. It
+// must not be nil.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// observe logs ev and hands it to the observer. Acquire attempts, successful
+// extensions and releases are logged at debug level (failed acquire attempts
+// are the normal result of contention); failed extensions and releases and
+// lost locks at warn level.
+func (c config) observe(ctx context.Context, ev Event) {
+	level := slog.LevelDebug
+	if !ev.OK && ev.Op != OpAcquire {
+		level = slog.LevelWarn
+	}
+	if c.logger.Enabled(ctx, level) {
+		c.logger.LogAttrs(ctx, level, logMessage(ev), eventAttrs(ev)...)
+	}
+	if c.observer != nil {
+		c.observer.Observe(ev)
+	}
+}
+
+func logMessage(ev Event) string {
+	switch {
+	case ev.Op == OpLost:
+		return "redlock: lock lost"
+	case ev.OK:
+		return "redlock: " + ev.Op
+	case ev.Op == OpAcquire:
+		return "redlock: acquire attempt failed"
+	}
+	return "redlock: " + ev.Op + " failed"
+}
+
+// eventAttrs renders an Event for a log line. Node names are addresses (or
+// names the user gave); errors name nodes and outcomes, never owner values or
+// passwords.
+func eventAttrs(ev Event) []slog.Attr {
+	attrs := []slog.Attr{slog.String("key", ev.Key)}
+	if ev.Op != OpLost {
+		attrs = append(attrs,
+			slog.Bool("ok", ev.OK),
+			slog.Int("granted", ev.Granted),
+			slog.Int("quorum", ev.Quorum),
+			slog.Duration("elapsed", ev.Latency))
+	}
+	if ev.Op == OpAcquire || ev.Op == OpExtend {
+		attrs = append(attrs, slog.Duration("validity", ev.Validity), slog.Duration("drift", ev.Drift))
+	}
+	if ev.Nodes != nil {
+		attrs = append(attrs, slog.String("nodes", nodeSummary(ev.Nodes)))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.String("err", ev.Err.Error()))
+	}
+	return attrs
+}
+
+// nodeSummary lists every node's outcome and latency:
+// "127.0.0.1:7001/0=granted(1.2ms) 127.0.0.1:7002/0=timed-out".
+func nodeSummary(rs []NodeResult) string {
+	var b strings.Builder
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r.Node)
+		b.WriteByte('=')
+		b.WriteString(r.Outcome.String())
+		if r.Latency > 0 {
+			fmt.Fprintf(&b, "(%v)", r.Latency.Round(10*time.Microsecond))
+		}
+	}
+	return b.String()
+}
+
+// quorumFields returns what an Event reports from an operation's error: the
+// granted count and node outcomes of a *QuorumError.
+func quorumFields(err error) (granted int, nodes []NodeResult) {
+	var qe *QuorumError
+	if errors.As(err, &qe) {
+		return qe.Granted, qe.Nodes
+	}
+	return 0, nil
+}
+
+// observeAttempt reports one acquisition attempt. Err is the same
+// *QuorumError the attempt returns when it failed.
+func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok bool, t *tally, elapsed, validity, ttl time.Duration, cause error) {
+	ev := Event{
+		Op: OpAcquire, Key: key, OK: ok, Granted: t.granted, Quorum: c.quorum,
+		Latency: elapsed, Validity: validity, Drift: Drift(ttl, cfg.driftFactor), Nodes: slices.Clone(t.results),
+	}
+	if !ok {
+		if cause == nil {
+			cause = ctx.Err()
+		}
+		ev.Err = &QuorumError{Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results, Err: ErrNotAcquired, Cause: cause}
+	}
+	cfg.observe(ctx, ev)
+}
+
+// observeOp reports an extension or a release. Calls rejected before any
+// round trip for bad arguments or a closed client are not reported; an
+// extension refused because the validity had run out is.
+func (l *Lock) observeOp(ctx context.Context, op string, start time.Time, ttl time.Duration, t *tally, next *Lock, err error) {
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+		return
+	}
+	ev := Event{Op: op, Key: l.key, OK: err == nil, Quorum: l.client.quorum, Latency: time.Since(start), Err: err}
+	if t != nil {
+		ev.Granted, ev.Nodes = t.granted, slices.Clone(t.results)
+	}
+	if op == OpExtend {
+		ev.Drift = Drift(ttl, l.cfg.driftFactor)
+		if next != nil {
+			ev.Validity = next.validUntil.Sub(next.acquiredAt)
+		}
+	}
+	l.cfg.observe(ctx, ev)
+}

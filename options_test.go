@@ -1,0 +1,230 @@
+package redlock_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// badOptions are options whose values must be refused, with words the
+// error message must contain.
+var badOptions = []struct {
+	name string
+	opt  redlock.Option
+	msg  string
+}{
+	{"negative drift factor", redlock.WithDriftFactor(-0.1), "drift factor"},
+	{"drift factor above 1", redlock.WithDriftFactor(1.5), "drift factor"},
+	{"drift factor 1", redlock.WithDriftFactor(1), "drift factor"},
+	{"drift factor NaN", redlock.WithDriftFactor(math.NaN()), "drift factor"},
+	{"drift factor +Inf", redlock.WithDriftFactor(math.Inf(1)), "drift factor"},
+	{"zero node timeout", redlock.WithNodeTimeout(0), "node timeout"},
+	{"negative node timeout", redlock.WithNodeTimeout(-time.Second), "node timeout"},
+	{"nil retry policy", redlock.WithRetry(nil), "retry"},
+	{"nil RetryFunc", redlock.WithRetry(redlock.RetryFunc(nil)), "retry"},
+	{"negative linear delay", redlock.WithRetry(redlock.LinearRetry(-1, 0, 0)), "LinearRetry"},
+	{"negative linear jitter", redlock.WithRetry(redlock.LinearRetry(0, -1, 0)), "LinearRetry"},
+	{"negative linear tries", redlock.WithRetry(redlock.LinearRetry(time.Millisecond, 0, -1)), "LinearRetry"},
+	{"zero exponential base", redlock.WithRetry(redlock.ExponentialRetry(0, time.Second, 0)), "ExponentialRetry"},
+	{"exponential max below base", redlock.WithRetry(redlock.ExponentialRetry(time.Second, time.Millisecond, 0)), "ExponentialRetry"},
+	{"negative exponential tries", redlock.WithRetry(redlock.ExponentialRetry(time.Millisecond, time.Second, -1)), "ExponentialRetry"},
+	{"nil owner generator", redlock.WithOwnerGenerator(nil), "owner generator"},
+	{"nil logger", redlock.WithLogger(nil), "logger"},
+	{"nil option", nil, "nil option"},
+}
+
+func requireInvalid(t *testing.T, err error, msg string) {
+	t.Helper()
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.ErrorContains(t, err, msg)
+}
+
+func TestNew_BadInput(t *testing.T) {
+	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"})
+	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"}) // another client, same node
+	defer a.Close()
+	defer b.Close()
+
+	for _, tc := range []struct {
+		name    string
+		clients []redis.UniversalClient
+		msg     string
+	}{
+		{"no clients", nil, "no nodes"},
+		{"empty list", []redis.UniversalClient{}, "no nodes"},
+		{"nil client", []redis.UniversalClient{a, nil}, "client 1 is nil"},
+		{"typed nil client", []redis.UniversalClient{(*redis.Client)(nil)}, "client 0 is nil"},
+		{"same client twice", []redis.UniversalClient{a, a}, "same node"},
+		{"same address twice", []redis.UniversalClient{a, b}, "same node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				rl  *redlock.Client
+				err error
+			)
+			require.NotPanics(t, func() { rl, err = redlock.New(tc.clients) })
+			assert.Nil(t, rl)
+			requireInvalid(t, err, tc.msg)
+		})
+	}
+	for _, tc := range badOptions {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { _, err = redlock.New([]redis.UniversalClient{a}, tc.opt) })
+			requireInvalid(t, err, tc.msg)
+		})
+	}
+}
+
+func TestDial_BadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		urls   []string
+		msg    string
+		secret string // must not appear in the error
+	}{
+		{"no urls", nil, "no nodes", ""},
+		{"wrong scheme", []string{"http://x"}, "node 0", ""},
+		{"bad port", []string{"redis://127.0.0.1:7001", "redis://:bad port"}, "node 1", ""},
+		{"empty url", []string{""}, "node 0", ""},
+		{"bad port with password", []string{"redis://user:s3cretPw@host:notaport"}, "node 0", "s3cretPw"},
+		{"password only, bad port", []string{"redis://:s3cretPw@host:x"}, "node 0", "s3cretPw"},
+		{"bad scheme with password", []string{"http://user:s3cretPw@host"}, "node 0", "s3cretPw"},
+		{"bad db with password", []string{"redis://user:s3cretPw@host:6379/notadb"}, "node 0", "s3cretPw"},
+		{"escaped password", []string{"redis://user:s3cret%2FPw@host:x"}, "node 0", "s3cret"},
+		{"@ in password", []string{"redis://user:s3c@retPw@host:x"}, "node 0", "retPw"},
+		{"duplicate address", []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7001"}, "same node", ""},
+		{"duplicate address, db spelled out", []string{"redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002", "redis://127.0.0.1:7001"}, "node 2", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				rl  *redlock.Client
+				err error
+			)
+			require.NotPanics(t, func() { rl, err = redlock.Dial(tc.urls) })
+			assert.Nil(t, rl)
+			requireInvalid(t, err, tc.msg)
+			if tc.secret != "" {
+				assert.NotContains(t, err.Error(), tc.secret)
+			}
+		})
+	}
+	for _, tc := range badOptions {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { _, err = redlock.Dial([]string{"redis://127.0.0.1:7001"}, tc.opt) })
+			requireInvalid(t, err, tc.msg)
+		})
+	}
+}
+
+func TestDial_NamesNodesWithoutSecrets(t *testing.T) {
+	rl, err := redlock.Dial([]string{
+		"redis://127.0.0.1:7001",
+		"rediss://127.0.0.1:7002",
+		"redis://user:s3cretPw@127.0.0.1:7003/2",
+		"redis://127.0.0.1:7001/1", // another database on the same server is another name
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:7001/0", "127.0.0.1:7002/0", "127.0.0.1:7003/2", "127.0.0.1:7001/1"}, rl.Nodes())
+	assert.Equal(t, 3, rl.Quorum())
+	require.NoError(t, rl.Close())
+}
+
+func TestAcquire_BadInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		for _, tc := range []struct {
+			name string
+			key  string
+			ttl  time.Duration
+			opts []redlock.Option
+			msg  string
+		}{
+			{"empty key", "", ttl10s, nil, "empty key"},
+			{"zero ttl", "k", 0, nil, "ttl"},
+			{"negative ttl", "k", -time.Second, nil, "ttl"},
+			{"ttl below 1 ms", "k", 500 * time.Microsecond, nil, "1 ms"},
+			{"ttl not a whole number of ms", "k", 10*time.Second + 500*time.Microsecond, nil, "milliseconds"},
+			{"ttl not above the drift", "k", 2 * time.Millisecond, nil, "drift"},
+			{"ttl equal to the drift, factor 0", "k", 2 * time.Millisecond, []redlock.Option{redlock.WithDriftFactor(0)}, "drift"},
+			{"node timeout equal to the ttl", "k", time.Second, []redlock.Option{redlock.WithNodeTimeout(time.Second)}, "timeout"},
+			{"node timeout above the ttl", "k", time.Second, []redlock.Option{redlock.WithNodeTimeout(2 * time.Second)}, "timeout"},
+		} {
+			for _, try := range []bool{false, true} {
+				var (
+					l   *redlock.Lock
+					err error
+				)
+				require.NotPanics(t, func() {
+					if try {
+						l, err = c.rl.TryAcquire(ctx, tc.key, tc.ttl, tc.opts...)
+					} else {
+						l, err = c.rl.Acquire(ctx, tc.key, tc.ttl, tc.opts...)
+					}
+				}, tc.name)
+				assert.Nil(t, l, tc.name)
+				require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)
+				assert.ErrorContains(t, err, tc.msg, tc.name)
+			}
+		}
+		for _, tc := range badOptions {
+			var err error
+			require.NotPanics(t, func() { _, err = c.rl.Acquire(ctx, "k", ttl10s, tc.opt) }, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)
+			assert.ErrorContains(t, err, tc.msg, tc.name)
+		}
+		synctest.Wait()
+		c.requireNoKey(t, "k")
+
+		// Extend checks its TTL the same way, before any round trip.
+		l, err := c.rl.Acquire(ctx, "k", ttl10s)
+		require.NoError(t, err)
+		for _, bad := range []time.Duration{0, -time.Second, 500 * time.Microsecond, 2 * time.Millisecond, time.Second + time.Microsecond} {
+			l2, err := l.Extend(ctx, bad)
+			assert.Nil(t, l2)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Extend(%v)", bad)
+		}
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+func TestClient_ErrClosedAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(ctx, "k", ttl10s)
+		require.NoError(t, err)
+		require.NoError(t, c.rl.Close())
+		require.NoError(t, c.rl.Close(), "Close is idempotent")
+
+		_, err = c.rl.Acquire(ctx, "other", ttl10s)
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		_, err = c.rl.TryAcquire(ctx, "other", ttl10s)
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		_, err = l.Extend(ctx, ttl10s)
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		require.ErrorIs(t, l.Release(ctx), redlock.ErrClosed)
+		synctest.Wait()
+		c.requireNoKey(t, "other")
+	})
+}
+
+// Close closes the connections Dial opened: a dialed client cannot be used
+// afterwards, and no goroutine is left (goleak checks at the end).
+func TestDial_CloseClosesConnections(t *testing.T) {
+	rl, err := redlock.Dial([]string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"})
+	require.NoError(t, err)
+	require.NoError(t, rl.Close())
+	_, err = rl.TryAcquire(context.Background(), "k", ttl10s)
+	require.ErrorIs(t, err, redlock.ErrClosed)
+}

@@ -1,0 +1,657 @@
+package redlock_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// The tests in this file run inside testing/synctest bubbles: time is fake,
+// so "elapsed" below is exactly the time the library waited for nodes,
+// timers and retries, independent of the machine's speed.
+
+const (
+	ttl10s = 10 * time.Second
+	// defaultTimeout10s is the default per-node timeout for a 10 s TTL: 1%.
+	defaultTimeout10s = 100 * time.Millisecond
+)
+
+func TestAcquireExtendRelease_HappyPath(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, n)
+				assert.Equal(t, n/2+1, c.rl.Quorum())
+
+				start := time.Now()
+				l, err := c.rl.Acquire(ctx, "report", ttl10s)
+				require.NoError(t, err)
+				assert.Zero(t, time.Since(start), "nodes answer at once; Acquire must not wait for anything else")
+
+				drift := redlock.Drift(ttl10s, redlock.DefaultDriftFactor)
+				assert.Equal(t, "report", l.Key())
+				assert.Equal(t, ttl10s, l.TTL())
+				assert.Equal(t, 1, l.Attempts())
+				assert.Equal(t, uint64(1), l.Token(), "first holder of a fresh key")
+				assert.Equal(t, ttl10s-drift, l.ValidUntil().Sub(start))
+				assert.Equal(t, ttl10s-drift, l.Validity())
+				granted := 0
+				for _, r := range l.Nodes() {
+					assert.Contains(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomePending}, r.Outcome)
+					if r.Outcome == redlock.OutcomeGranted {
+						granted++
+					}
+				}
+				assert.GreaterOrEqual(t, granted, c.rl.Quorum())
+
+				// Once the stragglers are done, every node holds the owner
+				// value with the full TTL, and a quorum the written-back
+				// token (a straggler's write-back can overtake its grant).
+				synctest.Wait()
+				fenced := 0
+				for i, nd := range c.nodes {
+					assert.Equal(t, l.Owner(), nd.Value("report"), "node %d", i)
+					assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d", i)
+					if nd.Value("{report}:fence") == "1" {
+						fenced++
+					}
+				}
+				assert.GreaterOrEqual(t, fenced, c.rl.Quorum())
+
+				time.Sleep(3 * time.Second)
+				assert.Equal(t, ttl10s-3*time.Second-drift, l.Validity())
+				extStart := time.Now()
+				l2, err := l.Extend(ctx, ttl10s)
+				require.NoError(t, err)
+				assert.Equal(t, l.Token(), l2.Token(), "extend keeps the fencing token")
+				assert.Equal(t, l.Owner(), l2.Owner())
+				assert.Equal(t, ttl10s-drift, l2.ValidUntil().Sub(extStart))
+				assert.Equal(t, ttl10s-3*time.Second-drift, l.Validity(), "the old handle keeps its deadline")
+				synctest.Wait()
+				for i, nd := range c.nodes {
+					assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d: extend resets the TTL", i)
+				}
+
+				require.NoError(t, l2.Release(ctx))
+				c.requireNoKey(t, "report")
+
+				// Released: the next holder gets it at once, with a higher token.
+				l3, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+				require.NoError(t, err)
+				assert.Equal(t, uint64(2), l3.Token())
+				require.NoError(t, l3.Release(ctx))
+			})
+		})
+	}
+}
+
+func TestAcquire_KeyPrefix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithKeyPrefix("lock:"))
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, "report", l.Key())
+		fenced := 0
+		for _, nd := range c.nodes {
+			assert.Equal(t, l.Owner(), nd.Value("lock:report"))
+			assert.False(t, nd.Has("report"))
+			if nd.Value("{lock:report}:fence") == "1" {
+				fenced++
+			}
+		}
+		assert.GreaterOrEqual(t, fenced, 2)
+		require.NoError(t, l.Release(ctx))
+		c.requireNoKey(t, "lock:report")
+	})
+}
+
+func TestAcquire_HeldElsewhereIsNotAcquired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
+
+		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+		require.Nil(t, l)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		qe := quorumError(t, err)
+		// The vote is decided as soon as two nodes refused; the third may
+		// not have answered yet.
+		taken := 0
+		for _, r := range qe.Nodes {
+			assert.Contains(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomePending}, r.Outcome)
+			if r.Outcome == redlock.OutcomeTaken {
+				taken++
+			}
+		}
+		assert.GreaterOrEqual(t, taken, 2)
+		assert.Zero(t, qe.Granted)
+		synctest.Wait()
+		for i, nd := range c.nodes {
+			assert.Equal(t, "someone-else", nd.Value("report"), "node %d: the other owner's key must stay", i)
+			assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d: and keep its TTL", i)
+		}
+	})
+}
+
+func TestAcquire_FencingTokensStrictlyIncrease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		// A second client over the same nodes: tokens come from the nodes,
+		// not from client state.
+		clients := make([]redis.UniversalClient, len(c.nodes))
+		for i, nd := range c.nodes {
+			clients[i] = nd.rc
+		}
+		other, err := redlock.New(clients)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, other.Close()) }()
+
+		var last uint64
+		for i := range 8 {
+			rl := c.rl
+			if i%2 == 1 {
+				rl = other
+			}
+			l, err := rl.Acquire(ctx, "report", time.Second)
+			require.NoError(t, err, "holder %d", i)
+			assert.Greater(t, l.Token(), last, "holder %d", i)
+			last = l.Token()
+			if i%3 == 2 {
+				// This holder crashes: its keys expire instead.
+				time.Sleep(time.Second + time.Millisecond)
+				synctest.Wait()
+				continue
+			}
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
+
+func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithFencing(false))
+		for range 2 {
+			l, err := c.rl.Acquire(ctx, "report", ttl10s)
+			require.NoError(t, err)
+			assert.Zero(t, l.Token())
+			require.NoError(t, l.Release(ctx))
+		}
+		synctest.Wait()
+		c.requireNoKey(t, "{report}:fence")
+
+		// The option also works per call.
+		l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithFencing(true))
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), l.Token())
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+func TestAcquire_OwnerValuesAreRandomAndLong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		seen := map[string]bool{}
+		for range 20 {
+			l, err := c.rl.Acquire(ctx, "report", ttl10s)
+			require.NoError(t, err)
+			raw, err := base64.RawURLEncoding.DecodeString(l.Owner())
+			require.NoError(t, err, "owner %q", l.Owner())
+			assert.GreaterOrEqual(t, len(raw)*8, 128, "owner %q", l.Owner())
+			assert.False(t, seen[l.Owner()], "owner %q used twice", l.Owner())
+			seen[l.Owner()] = true
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
+
+func TestRandomOwner(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		o, err := redlock.RandomOwner()
+		require.NoError(t, err)
+		raw, err := base64.RawURLEncoding.DecodeString(o)
+		require.NoError(t, err)
+		require.Len(t, raw, 16)
+		require.False(t, seen[o], "owner %q returned twice", o)
+		seen[o] = true
+	}
+}
+
+func TestAcquire_OwnerGenerator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+
+		n := 0
+		gen := redlock.WithOwnerGenerator(func() (string, error) {
+			n++
+			return fmt.Sprintf("worker-7/%d", n), nil
+		})
+		l, err := c.rl.Acquire(ctx, "report", ttl10s, gen)
+		require.NoError(t, err)
+		assert.Equal(t, "worker-7/1", l.Owner())
+		synctest.Wait()
+		for _, nd := range c.nodes {
+			assert.Equal(t, "worker-7/1", nd.Value("report"))
+		}
+		require.NoError(t, l.Release(ctx))
+
+		boom := errors.New("entropy exhausted")
+		for name, g := range map[string]func() (string, error){
+			"error": func() (string, error) { return "", boom },
+			"empty": func() (string, error) { return "", nil },
+		} {
+			l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithOwnerGenerator(g))
+			assert.Nil(t, l, name)
+			assert.ErrorIs(t, err, redlock.ErrNotAcquired, name)
+			synctest.Wait()
+			c.requireNoKey(t, "report")
+		}
+	})
+}
+
+func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
+	t.Run("keys expired on every node", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "report", time.Second)
+			require.NoError(t, err)
+			time.Sleep(time.Second + time.Millisecond)
+
+			l2, err := l.Extend(ctx, ttl10s)
+			assert.Nil(t, l2)
+			require.ErrorIs(t, err, redlock.ErrNotHeld)
+			synctest.Wait()
+			c.requireNoKey(t, "report")
+		})
+	})
+	t.Run("local validity over, keys still on the nodes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "report", time.Second)
+			require.NoError(t, err)
+			synctest.Wait()
+			// Validity is ttl − drift = 988 ms; the keys live 1 s.
+			time.Sleep(l.Validity() + time.Millisecond)
+			require.Equal(t, 3, c.holders("report"))
+
+			l2, err := l.Extend(ctx, ttl10s)
+			assert.Nil(t, l2)
+			require.ErrorIs(t, err, redlock.ErrNotHeld)
+			synctest.Wait()
+			for i, nd := range c.nodes {
+				assert.LessOrEqual(t, nd.m.TTL("report"), 11*time.Millisecond, "node %d: TTL must not be reset", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+			c.requireNoKey(t, "report")
+		})
+	})
+	t.Run("keys gone from the nodes while still valid locally", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "report", ttl10s)
+			require.NoError(t, err)
+			synctest.Wait()
+			for _, nd := range c.nodes {
+				nd.m.Del("report") // e.g. a node restarted without persistence
+			}
+			l2, err := l.Extend(ctx, ttl10s)
+			assert.Nil(t, l2)
+			require.ErrorIs(t, err, redlock.ErrNotHeld)
+			qe := quorumError(t, err)
+			assert.Equal(t, "extend", qe.Op)
+			assert.Zero(t, qe.Granted)
+			for _, r := range qe.Nodes {
+				assert.Contains(t, []redlock.Outcome{redlock.OutcomeNotHeld, redlock.OutcomePending}, r.Outcome)
+			}
+			synctest.Wait()
+			c.requireNoKey(t, "report")
+		})
+	})
+}
+
+func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		// Our keys vanished on two nodes and another client took them.
+		c.holdElsewhere(t, "report", 5*time.Second, 0, 1)
+
+		_, err = l.Extend(ctx, ttl10s)
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		synctest.Wait()
+		for _, i := range []int{0, 1} {
+			assert.Equal(t, "someone-else", c.nodes[i].Value("report"))
+			assert.Equal(t, 5*time.Second, c.nodes[i].m.TTL("report"), "node %d: another owner's TTL must not change", i)
+		}
+		require.NoError(t, l.Release(ctx), "our key on node 2 still goes")
+		assert.False(t, c.nodes[2].Has("report"))
+		assert.Equal(t, 2, c.holders("report"))
+	})
+}
+
+func TestExtend_NoQuorumKeepsOldDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		c.nodes[0].Refuse()
+		c.nodes[1].Refuse()
+
+		l2, err := l.Extend(ctx, ttl10s)
+		assert.Nil(t, l2)
+		require.ErrorIs(t, err, redlock.ErrNoQuorum)
+		assert.NotErrorIs(t, err, redlock.ErrNotHeld)
+		qe := quorumError(t, err)
+		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[0].Outcome)
+		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[1].Outcome)
+		assert.Equal(t, ttl10s-redlock.Drift(ttl10s, redlock.DefaultDriftFactor), l.Validity(), "the lock stays valid until its deadline")
+	})
+}
+
+func TestRelease_ExpiredEverywhereIsNotHeldPromptly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		l, err := c.rl.Acquire(ctx, "report", time.Second)
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+
+		start := time.Now()
+		err = l.Release(ctx)
+		assert.Zero(t, time.Since(start), "every node answers at once: no waiting, no retry")
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
+		qe := quorumError(t, err)
+		assert.Equal(t, "release", qe.Op)
+		assert.Equal(t, []redlock.Outcome{
+			redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld,
+		}, outcomes(qe.Nodes))
+
+		// Releasing twice is the same.
+		require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+	})
+}
+
+func TestRelease_TakenBySomeoneElseIsNotDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(ctx, "report", time.Second)
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second) // we paused; the lock expired
+		next, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		err = l.Release(ctx)
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		qe := quorumError(t, err)
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken, redlock.OutcomeTaken}, outcomes(qe.Nodes))
+		for i, nd := range c.nodes {
+			assert.Equal(t, next.Owner(), nd.Value("report"), "node %d: the new holder's key must stay", i)
+		}
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		c.nodes[1].Refuse()
+		c.nodes[2].Refuse()
+
+		err = l.Release(ctx)
+		require.ErrorIs(t, err, redlock.ErrNoQuorum)
+		qe := quorumError(t, err)
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, outcomes(qe.Nodes))
+		assert.False(t, c.nodes[0].Has("report"), "the reachable node is released")
+	})
+}
+
+func TestRelease_RunsWithCanceledContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		l, err := c.rl.Acquire(context.Background(), "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, l.Release(ctx))
+		c.requireNoKey(t, "report")
+	})
+}
+
+func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
+	t.Run("refused by a majority", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.holdElsewhere(t, "report", ttl10s, 0, 1)
+			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			assert.False(t, c.nodes[2].Has("report"), "the node that granted is released before Acquire returns")
+			require.NoError(t, c.rl.Close())
+			synctest.Wait()
+			assert.False(t, c.nodes[2].Has("report"))
+			assert.Equal(t, 2, c.holders("report"), "the other owner's keys stay")
+		})
+	})
+
+	// A grant that arrives after the attempt already failed (and after the
+	// release was sent to that node) is undone as soon as it arrives.
+	t.Run("late grant within the node timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.warmUp(t)
+			c.holdElsewhere(t, "report", ttl10s, 0, 1)
+			c.nodes[2].SlowAcquire(50 * time.Millisecond) // the release is not delayed
+
+			start := time.Now()
+			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			qe := quorumError(t, err)
+			assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken, redlock.OutcomePending}, outcomes(qe.Nodes))
+			assert.Equal(t, 50*time.Millisecond, time.Since(start), "Acquire returns once the late grant is undone")
+			assert.False(t, c.nodes[2].Has("report"), "the late grant is released before Acquire returns")
+			require.NoError(t, c.rl.Close())
+			synctest.Wait()
+			assert.False(t, c.nodes[2].Has("report"))
+		})
+	})
+
+	// A node so slow that the client gives up on it still runs the acquire
+	// script later; the release sent after it runs after it.
+	t.Run("grant applied after the node timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.warmUp(t)
+			c.holdElsewhere(t, "report", ttl10s, 0)
+			c.nodes[1].Slow(2 * time.Second)
+			c.nodes[2].Slow(2 * time.Second)
+
+			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			assert.Equal(t, 1, c.holders("report"))
+			require.NoError(t, c.rl.Close())
+			time.Sleep(3 * time.Second) // the slow nodes catch up, well before the TTL
+			synctest.Wait()
+			assert.Equal(t, "someone-else", c.nodes[0].Value("report"))
+			assert.False(t, c.nodes[1].Has("report"))
+			assert.False(t, c.nodes[2].Has("report"))
+		})
+	})
+
+	for _, tc := range []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		wantErr error
+	}{
+		{"canceled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				time.Sleep(10 * time.Millisecond)
+				cancel()
+			}()
+			return ctx, cancel
+		}, context.Canceled},
+		{"deadline exceeded", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 10*time.Millisecond)
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, 3)
+				c.warmUp(t)
+				c.nodes[1].Slow(2 * time.Second)
+				c.nodes[2].Slow(2 * time.Second)
+				ctx, cancel := tc.ctx()
+				defer cancel()
+
+				start := time.Now()
+				l, err := c.rl.Acquire(ctx, "report", ttl10s) // default retry: until ctx ends
+				assert.Nil(t, l)
+				require.ErrorIs(t, err, tc.wantErr)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				qe := quorumError(t, err)
+				assert.Equal(t, redlock.OutcomeGranted, qe.Nodes[0].Outcome)
+				assert.Equal(t, redlock.OutcomeCanceled, qe.Nodes[1].Outcome)
+				assert.ErrorIs(t, qe.Nodes[1].Err, tc.wantErr)
+				assert.Less(t, time.Since(start), 2*time.Second, "Acquire must not wait for the slow nodes")
+				assert.False(t, c.nodes[0].Has("report"), "released before Acquire returns")
+
+				require.NoError(t, c.rl.Close())
+				time.Sleep(3 * time.Second)
+				synctest.Wait()
+				c.requireNoKey(t, "report")
+			})
+		})
+	}
+}
+
+func TestAcquire_AtMostOneOfManyConcurrentClientsWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		var (
+			mu      sync.Mutex
+			winners []*redlock.Lock
+			wg      sync.WaitGroup
+		)
+		for range 16 {
+			wg.Go(func() {
+				l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+				if err != nil {
+					assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+					return
+				}
+				mu.Lock()
+				winners = append(winners, l)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		require.LessOrEqual(t, len(winners), 1)
+		// The losers cleaned up: every key left is the winner's.
+		for i, nd := range c.nodes {
+			if v := nd.Value("report"); v != "" {
+				require.Len(t, winners, 1)
+				assert.Equal(t, winners[0].Owner(), v, "node %d", i)
+			}
+		}
+		for _, l := range winners {
+			require.NoError(t, l.Release(ctx))
+		}
+		c.requireNoKey(t, "report")
+	})
+}
+
+func TestLock_SafeForConcurrentUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		key, owner, token, until := l.Key(), l.Owner(), l.Token(), l.ValidUntil()
+
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				for range 50 {
+					assert.Equal(t, key, l.Key())
+					assert.Equal(t, owner, l.Owner())
+					assert.Equal(t, token, l.Token())
+					assert.True(t, until.Equal(l.ValidUntil()))
+					_ = l.Validity()
+					_ = l.AcquiredAt()
+					_ = l.TTL()
+					_ = l.Attempts()
+					nodes := l.Nodes()
+					nodes[0].Outcome = redlock.OutcomeError // a copy: must not show through
+					nodes[0].Node = "scribbled"
+				}
+				if g%4 == 0 {
+					l2, err := l.Extend(ctx, ttl10s)
+					if assert.NoError(t, err) {
+						assert.Equal(t, owner, l2.Owner())
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, r := range l.Nodes() {
+			assert.NotEqual(t, "scribbled", r.Node)
+			assert.NotEqual(t, redlock.OutcomeError, r.Outcome)
+		}
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+func TestClose_WaitsForStragglers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.nodes[2].Slow(2 * time.Second)
+		l, err := c.rl.Acquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)
+
+		start := time.Now()
+		require.NoError(t, c.rl.Close())
+		// The straggler's call is bounded by the per-node timeout.
+		assert.Equal(t, defaultTimeout10s, time.Since(start))
+		require.NoError(t, c.rl.Close(), "Close is idempotent")
+	})
+}
