@@ -1,0 +1,570 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// Verdict is a scenario's safety outcome.
+type Verdict string
+
+// The verdicts. Safe: no two holders overlapped and no stale write was
+// accepted, even by the unfenced resource. Unsafe: mutual exclusion was
+// violated (an overlap, or a stale write the plain resource accepted), a
+// known limit of Redlock that the scenario documents. Broken: something the
+// library promises failed — a stale write accepted by the fenced resource,
+// fencing tokens out of order, or a check of the scenario (such as "no lock
+// may be acquired") failed.
+const (
+	Safe   Verdict = "safe"
+	Unsafe Verdict = "unsafe"
+	Broken Verdict = "broken"
+)
+
+// Action is a fault applied to nodes.
+type Action string
+
+// The fault actions. Each maps to a verb on Node.
+const (
+	Kill           Action = "kill"            // Node.Kill
+	Restart        Action = "restart"         // Node.Restart (keeps data)
+	Amnesia        Action = "restart-amnesia" // Node.RestartAmnesia (data lost)
+	PauseNode      Action = "pause"           // Node.Pause(Amount)
+	DelayRequests  Action = "delay-requests"  // Node.DelayRequests(Amount)
+	DelayReplies   Action = "delay-replies"   // Node.DelayReplies(Amount)
+	DropRequests   Action = "drop-requests"   // Node.DropRequests(true)
+	DropReplies    Action = "drop-replies"    // Node.DropReplies(true)
+	Partition      Action = "partition"       // Node.Partition(true)
+	JumpClock      Action = "jump-clock"      // Node.JumpClock(Amount)
+	ClockRate      Action = "clock-rate"      // Node.SetClockRate(Rate)
+	HealNetworkAct Action = "heal-network"    // Node.HealNetwork
+)
+
+// Pick says how a fault chooses its nodes.
+type Pick string
+
+// The ways to pick nodes. Random picks are drawn from the trial's seeded
+// generator, so the same seed gives the same schedule of faults.
+const (
+	PickFixed          Pick = "fixed"           // NodeSet.Nodes
+	PickRandomMinority Pick = "random-minority" // N − (N/2+1) nodes at random
+	PickRandomMajority Pick = "random-majority" // N/2+1 nodes at random
+	PickRandom         Pick = "random"          // NodeSet.Count nodes at random
+	PickMinorityTail   Pick = "minority-tail"   // the last N − (N/2+1) nodes
+	PickGranted        Pick = "granted"         // NodeSet.Count of the nodes that granted the triggering acquisition
+)
+
+// NodeSet selects the nodes a fault applies to.
+type NodeSet struct {
+	Pick  Pick  `json:"pick"`
+	Nodes []int `json:"nodes,omitempty"`
+	Count int   `json:"count,omitempty"`
+}
+
+// Fault is one scheduled fault: at a time from the trial's start, or right
+// after an acquisition in the workload (On), on a set of nodes, undone after
+// For (0 = left until the trial ends; the cluster is healed between trials).
+type Fault struct {
+	At     time.Duration `json:"at,omitempty"`
+	On     *Trigger      `json:"on,omitempty"`
+	Nodes  NodeSet       `json:"nodes"`
+	Action Action        `json:"action"`
+	Amount time.Duration `json:"amount,omitempty"` // pause length, delay, clock jump
+	Rate   float64       `json:"rate,omitempty"`   // clock rate for ClockRate
+	For    time.Duration `json:"for,omitempty"`
+}
+
+// Availability is what a scenario expects of acquisitions.
+type Availability string
+
+// The availability expectations.
+const (
+	AnyAvailability Availability = ""     // no expectation
+	Available       Availability = "some" // at least one acquisition per trial
+	Unavailable     Availability = "none" // no acquisition may succeed
+)
+
+// Scenario is one failure mode as data: a workload, a fault schedule, and the
+// verdict we expect with the reason.
+type Scenario struct {
+	Name     string        `json:"name"`
+	Summary  string        `json:"summary"`
+	Expect   Verdict       `json:"expect"`
+	Why      string        `json:"why"`
+	Workload Workload      `json:"-"`
+	Faults   []Fault       `json:"faults"`
+	Duration time.Duration `json:"duration"` // length of one trial
+	// Availability is checked per trial; a miss makes the verdict Broken.
+	Availability Availability `json:"availability,omitempty"`
+	// MinNodes is the smallest cluster the scenario makes sense on.
+	MinNodes int `json:"min_nodes,omitempty"`
+	// FencingBreaks marks a scenario outside fencing's own guarantee (a
+	// node in two successive quorums lost its counter, docs/fencing.md):
+	// fenced stale writes and token order are reported but do not make the
+	// verdict Broken.
+	FencingBreaks bool `json:"fencing_breaks,omitempty"`
+	// Fixed scenarios are not stretched by Scaled: their margins are
+	// absolute.
+	Fixed bool `json:"fixed,omitempty"`
+}
+
+// Result is the outcome of running one scenario for some trials.
+type Result struct {
+	Scenario     string        `json:"scenario"`
+	Backend      Backend       `json:"backend"`
+	Nodes        int           `json:"nodes"`
+	Trials       int           `json:"trials"`
+	Seed         uint64        `json:"seed"`
+	Expect       Verdict       `json:"expect"`
+	Observed     Verdict       `json:"observed"`
+	Why          string        `json:"why"`
+	Notes        []string      `json:"notes,omitempty"`
+	Skipped      string        `json:"skipped,omitempty"`
+	Acquisitions int           `json:"acquisitions"`
+	Failed       int           `json:"failed_acquires"`
+	Violations   int           `json:"violations"`
+	StalePlain   int           `json:"stale_writes_plain"`
+	StaleFenced  int           `json:"stale_writes_fenced"`
+	TokenOrder   int           `json:"token_order_violations"`
+	P50          time.Duration `json:"p50_acquire_ns"`
+	P99          time.Duration `json:"p99_acquire_ns"`
+	Reports      []Report      `json:"trials_detail"`
+	Histories    []History     `json:"-"`
+}
+
+// Match reports whether the observed verdict is the expected one (a skipped
+// scenario matches).
+func (r Result) Match() bool { return r.Skipped != "" || r.Observed == r.Expect }
+
+// TrialSeed derives the seed of one trial of one scenario from the run's
+// seed, so a scenario replays the same schedule whatever else ran.
+func TrialSeed(seed uint64, scenario string, trial int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, trial)
+	return h.Sum64()
+}
+
+// Run runs s for trials trials on cluster, healing and wiping the cluster
+// before each trial, and returns the aggregated result. progress, if not nil,
+// is called with a line after each trial. It returns an error only when the
+// harness itself fails (a node cannot be healed); a fault the backend cannot
+// produce makes the result Skipped.
+func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uint64, progress func(string)) (Result, error) {
+	n := len(cluster.Nodes())
+	res := Result{Scenario: s.Name, Backend: cluster.Backend(), Nodes: n, Trials: trials, Seed: seed, Expect: s.Expect, Why: s.Why}
+	if s.MinNodes > 0 && n < s.MinNodes {
+		res.Skipped = fmt.Sprintf("needs at least %d nodes", s.MinNodes)
+		return res, nil
+	}
+	var latencies []time.Duration
+	verdicts := map[Verdict]int{}
+	for trial := 0; trial < trials; trial++ {
+		if err := cluster.HealAll(ctx); err != nil {
+			return res, fmt.Errorf("chaos: heal before %s trial %d: %w", s.Name, trial+1, err)
+		}
+		if err := cluster.FlushAll(ctx); err != nil {
+			return res, fmt.Errorf("chaos: flush before %s trial %d: %w", s.Name, trial+1, err)
+		}
+		tseed := TrialSeed(seed, s.Name, trial)
+		tr, err := runTrial(ctx, cluster, s, tseed)
+		if errors.Is(err, errUnsupported) {
+			res.Skipped = err.Error()
+			return res, nil
+		}
+		if err != nil {
+			return res, err
+		}
+		rep := tr.report
+		res.Reports = append(res.Reports, rep)
+		res.Histories = append(res.Histories, tr.history)
+		res.Acquisitions += rep.Acquisitions
+		res.Failed += rep.FailedAcquires
+		res.Violations += rep.Violations
+		res.StalePlain += rep.StaleWritesPlain
+		res.StaleFenced += rep.StaleWritesFenced
+		res.TokenOrder += rep.TokenOrderViolations
+		latencies = append(latencies, tr.latencies...)
+		v, notes := judge(s, rep, tr)
+		verdicts[v]++
+		for _, note := range notes {
+			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
+		}
+		if progress != nil {
+			progress(fmt.Sprintf("%-26s trial %d/%d seed %d: %s (%d acquisitions, %d violations, stale plain/fenced %d/%d)",
+				s.Name, trial+1, trials, tseed, v, rep.Acquisitions, rep.Violations, rep.StaleWritesPlain, rep.StaleWritesFenced))
+		}
+	}
+	// The run's verdict: broken beats everything; an expected-unsafe
+	// scenario must show the unsafety in every trial, an expected-safe one
+	// must be safe in every trial.
+	switch {
+	case verdicts[Broken] > 0:
+		res.Observed = Broken
+	case verdicts[Unsafe] > 0 && (s.Expect != Unsafe || verdicts[Safe] == 0):
+		res.Observed = Unsafe
+	case verdicts[Unsafe] > 0:
+		res.Observed = Unsafe
+		res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials only", verdicts[Unsafe], trials))
+		if verdicts[Safe] > 0 {
+			res.Observed = Safe // not reproduced every time: report the weaker outcome
+		}
+	default:
+		res.Observed = Safe
+	}
+	res.P50, res.P99 = percentile(latencies, 50), percentile(latencies, 99)
+	return res, nil
+}
+
+// judge gives one trial's verdict and the reasons for a Broken one.
+func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
+	var notes []string
+	if rep.StaleWritesFenced > 0 && !s.FencingBreaks {
+		notes = append(notes, fmt.Sprintf("%d stale writes accepted by the fenced resource", rep.StaleWritesFenced))
+	}
+	if rep.TokenOrderViolations > 0 && !s.FencingBreaks {
+		notes = append(notes, fmt.Sprintf("%d fencing tokens out of acquisition order", rep.TokenOrderViolations))
+	}
+	if tr.expiredHandouts > 0 {
+		notes = append(notes, fmt.Sprintf("%d locks handed out with no validity left", tr.expiredHandouts))
+	}
+	switch s.Availability {
+	case Available:
+		if rep.Acquisitions == 0 {
+			notes = append(notes, "no acquisition succeeded, but the scenario expects some")
+		}
+	case Unavailable:
+		if rep.Acquisitions > 0 {
+			notes = append(notes, fmt.Sprintf("%d acquisitions succeeded, but none may", rep.Acquisitions))
+		}
+	}
+	if len(notes) > 0 {
+		return Broken, notes
+	}
+	if rep.Violations > 0 || rep.StaleWritesPlain > 0 {
+		return Unsafe, nil
+	}
+	return Safe, nil
+}
+
+// errUnsupported marks a fault the backend cannot produce.
+var errUnsupported = errors.New("unsupported on this backend")
+
+type trialResult struct {
+	report          Report
+	history         History
+	latencies       []time.Duration
+	expiredHandouts int
+}
+
+// runTrial runs one trial of s.
+func runTrial(ctx context.Context, cluster *Cluster, s Scenario, seed uint64) (trialResult, error) {
+	clients, err := s.Workload.connect(ctx, cluster)
+	if err != nil {
+		return trialResult{}, err
+	}
+	defer closeClients(clients)
+	o := NewOracle()
+	o.Declare(s.Workload.Clients, len(cluster.Nodes()))
+	inj := newInjector(cluster, o, seed)
+	tctx, cancel := context.WithTimeout(ctx, s.Duration)
+	defer cancel()
+
+	// Faults at time zero are in place before any client starts; the rest
+	// run on timers or on workload events.
+	var timed, triggered []Fault
+	for _, f := range s.Faults {
+		switch {
+		case f.On != nil:
+			triggered = append(triggered, f)
+		case f.At == 0:
+			if err := inj.apply(tctx, f, nil); err != nil {
+				inj.stop()
+				return trialResult{}, err
+			}
+		default:
+			timed = append(timed, f)
+		}
+	}
+	for _, f := range timed {
+		inj.after(tctx, f.At, f)
+	}
+
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		expired   int
+	)
+	onAcquire := func(a Acquisition) {
+		mu.Lock()
+		if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
+			expired++
+		}
+		mu.Unlock()
+		for _, f := range triggered {
+			if f.On.Client == a.Client && f.On.Nth == a.Nth {
+				inj.applyLogged(tctx, f, a.Lock.Nodes())
+			}
+		}
+	}
+	res := Resources{Plain: NewPlainResource(), Fenced: NewFencedResource()}
+	s.Workload.run(tctx, clients, o, res, seed, onAcquire)
+	cancel()
+	inj.stop()
+	if err := inj.firstErr(); err != nil {
+		return trialResult{}, err
+	}
+	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: expired}
+	for _, h := range tr.history.Holds {
+		latencies = append(latencies, h.Latency)
+	}
+	tr.latencies = latencies
+
+	return tr, nil
+}
+
+// injector applies faults during one trial and records them in the oracle.
+type injector struct {
+	cluster *Cluster
+	oracle  *Oracle
+	rng     *rand.Rand
+
+	mu     sync.Mutex
+	timers []*time.Timer
+	wg     sync.WaitGroup
+	err    error
+	open   map[bandKey]time.Time
+}
+
+func newInjector(cluster *Cluster, o *Oracle, seed uint64) *injector {
+	return &injector{cluster: cluster, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed)), open: map[bandKey]time.Time{}}
+}
+
+type bandKey struct {
+	node int
+	what string
+}
+
+func (inj *injector) firstErr() error {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	return inj.err
+}
+
+func (inj *injector) fail(err error) {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	if inj.err == nil {
+		inj.err = err
+	}
+}
+
+// after applies f after d, unless the trial ended.
+func (inj *injector) after(ctx context.Context, d time.Duration, f Fault) {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	inj.wg.Add(1)
+	t := time.AfterFunc(d, func() {
+		defer inj.wg.Done()
+		if ctx.Err() == nil {
+			inj.applyLogged(ctx, f, nil)
+		}
+	})
+	inj.timers = append(inj.timers, t)
+}
+
+func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock.NodeResult) {
+	if err := inj.apply(ctx, f, granted); err != nil && ctx.Err() == nil {
+		inj.fail(err)
+	}
+}
+
+// stop cancels pending timers, waits for running ones, and closes the
+// fault bands still open.
+func (inj *injector) stop() {
+	inj.mu.Lock()
+	for _, t := range inj.timers {
+		if t.Stop() {
+			inj.wg.Done()
+		}
+	}
+	inj.timers = nil
+	inj.mu.Unlock()
+	inj.wg.Wait()
+	now := time.Now()
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	for k, from := range inj.open {
+		inj.oracle.Fault(k.node, k.what, from, now)
+	}
+	clear(inj.open)
+}
+
+// pick resolves a NodeSet to node indices.
+func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
+	n := len(inj.cluster.Nodes())
+	minority := n - (n/2 + 1)
+	random := func(k int) []int {
+		inj.mu.Lock()
+		perm := inj.rng.Perm(n)
+		inj.mu.Unlock()
+		out := perm[:min(k, n)]
+		slices.Sort(out)
+		return out
+	}
+	switch ns.Pick {
+	case PickFixed:
+		return ns.Nodes
+	case PickRandomMinority:
+		return random(minority)
+	case PickRandomMajority:
+		return random(n/2 + 1)
+	case PickRandom:
+		return random(ns.Count)
+	case PickMinorityTail:
+		out := make([]int, 0, minority)
+		for i := n - minority; i < n; i++ {
+			out = append(out, i)
+		}
+		return out
+	case PickGranted:
+		var out []int
+		for i, g := range granted {
+			if g.Outcome == redlock.OutcomeGranted && len(out) < max(ns.Count, 1) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// apply applies one fault to its nodes now, and schedules its undoing.
+func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeResult) error {
+	for _, i := range inj.pick(f.Nodes, granted) {
+		if i < 0 || i >= len(inj.cluster.Nodes()) {
+			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, len(inj.cluster.Nodes()))
+		}
+		node := inj.cluster.Node(i)
+		now := time.Now()
+		label := string(f.Action)
+		var err error
+		band := true // the fault lasts until undone or the trial ends
+		switch f.Action {
+		case Kill:
+			err = node.Kill()
+			label = "killed"
+		case Restart:
+			err = node.Restart(ctx)
+			if errors.Is(err, ErrNeedsPersistence) {
+				// Without persistence a real server cannot come back with
+				// its data; for reviving a killed node that is the same.
+				err = node.RestartAmnesia(ctx)
+			}
+			inj.closeBand(i, "killed", now)
+			band = false
+		case Amnesia:
+			err = node.RestartAmnesia(ctx)
+			inj.closeBand(i, "killed", now)
+			label, band = "amnesia", false
+		case PauseNode:
+			err = node.Pause(f.Amount)
+			label = "paused"
+			inj.oracle.Fault(i, label, now, now.Add(f.Amount))
+			band = false
+		case DelayRequests:
+			node.DelayRequests(f.Amount)
+			label = "requests +" + f.Amount.String()
+		case DelayReplies:
+			node.DelayReplies(f.Amount)
+			label = "replies +" + f.Amount.String()
+		case DropRequests:
+			node.DropRequests(true)
+			label = "requests lost"
+		case DropReplies:
+			node.DropReplies(true)
+			label = "replies lost"
+		case Partition:
+			node.Partition(true)
+			label = "partitioned"
+		case HealNetworkAct:
+			node.HealNetwork()
+			band = false
+		case JumpClock:
+			err = node.JumpClock(f.Amount)
+			label, band = "clock +"+f.Amount.String(), false
+		case ClockRate:
+			err = node.SetClockRate(f.Rate)
+			label = fmt.Sprintf("clock ×%g", f.Rate)
+		default:
+			return fmt.Errorf("chaos: unknown fault action %q", f.Action)
+		}
+		if err != nil {
+			if errors.Is(err, ErrUnsupported) {
+				return fmt.Errorf("%w: %s on node %d: %v", errUnsupported, f.Action, i, err)
+			}
+			return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
+		}
+		if band {
+			inj.mu.Lock()
+			inj.open[bandKey{i, label}] = now
+			inj.mu.Unlock()
+		} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
+			inj.oracle.Fault(i, label, now, now)
+		}
+		if f.For > 0 && band {
+			undo := f
+			undo.For = 0
+			switch f.Action {
+			case Kill:
+				undo.Action = Restart
+			case ClockRate:
+				undo.Rate = 1
+			default:
+				undo.Action = HealNetworkAct
+			}
+			undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
+			lbl := label
+			inj.mu.Lock()
+			inj.wg.Add(1)
+			t := time.AfterFunc(f.For, func() {
+				defer inj.wg.Done()
+				if ctx.Err() != nil {
+					return
+				}
+				inj.closeBand(i, lbl, time.Now())
+				inj.applyLogged(ctx, undo, nil)
+			})
+			inj.timers = append(inj.timers, t)
+			inj.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (inj *injector) closeBand(node int, what string, at time.Time) {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	k := bandKey{node, what}
+	if from, ok := inj.open[k]; ok {
+		inj.oracle.Fault(node, what, from, at)
+		delete(inj.open, k)
+	}
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(i, 0)]
+}

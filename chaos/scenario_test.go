@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/redisserver"
+)
+
+// testTimeScale stretches the scenarios' time scale in tests: the race
+// detector makes every call several times slower, and CI runs the other
+// packages' tests on the same 2 cores at the same time.
+const testTimeScale = 3
+
+// runCatalogue runs every scenario once on a fresh cluster of the backend
+// and checks each observed verdict against the expected one, plus the
+// figures the verdicts rest on.
+func runCatalogue(t *testing.T, backend Backend) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Backend: backend, Nodes: 5})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, cluster.Close()) }()
+
+	for _, s := range Catalogue() {
+		s = s.Scaled(testTimeScale)
+		t.Run(s.Name, func(t *testing.T) {
+			res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
+			require.NoError(t, err)
+			for _, n := range res.Notes {
+				t.Log("note:", n)
+			}
+			if res.Skipped != "" {
+				t.Logf("skipped on %s: %s", backend, res.Skipped)
+				return
+			}
+			assert.Equal(t, s.Expect, res.Observed, "verdict of %s", s.Name)
+			if !s.FencingBreaks {
+				assert.Zero(t, res.StaleFenced, "the fenced resource accepted a stale write")
+				assert.Zero(t, res.TokenOrder, "fencing tokens out of order")
+			}
+			switch s.Availability {
+			case Available:
+				assert.Positive(t, res.Acquisitions)
+			case Unavailable:
+				assert.Zero(t, res.Acquisitions)
+			}
+		})
+	}
+}
+
+func TestCatalogue_InProcess(t *testing.T) {
+	runCatalogue(t, InProcess)
+}
+
+func TestCatalogue_RedisServer(t *testing.T) {
+	redisserver.Require(t)
+	runCatalogue(t, RedisServer)
+	assert.Empty(t, redisserver.LivePids(), "redis-server processes left running")
+}
+
+// The client-pause scenario is Kleppmann's: the stale holder's write is
+// accepted by the plain resource and rejected by the fenced one.
+func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
+	require.NoError(t, err)
+	defer cluster.Close()
+	s, ok := Find("client-pause")
+	require.True(t, ok)
+	s = s.Scaled(testTimeScale)
+	res, err := Run(ctx, cluster, s, 1, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Unsafe, res.Observed)
+	assert.GreaterOrEqual(t, res.Violations, 1)
+	assert.Equal(t, 1, res.StalePlain)
+	assert.Zero(t, res.StaleFenced)
+	require.Len(t, res.Reports, 1)
+	assert.Equal(t, 1, res.Reports[0].RejectedWritesFenced)
+}
+
+// The same seed gives the same schedule of faults: which nodes a random
+// fault picks.
+func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
+	assert.Equal(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 0))
+	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 1))
+	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(43, "minority-killed", 0))
+
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
+	require.NoError(t, err)
+	defer cluster.Close()
+	picks := func(seed uint64) [][]int {
+		inj := newInjector(cluster, NewOracle(), seed)
+		var out [][]int
+		for range 5 {
+			out = append(out, inj.pick(NodeSet{Pick: PickRandomMinority}, nil))
+		}
+		return out
+	}
+	assert.Equal(t, picks(9), picks(9))
+	assert.NotEqual(t, picks(9), picks(10))
+}
+
+// A fault scheduled at a time is applied then, and recorded as a band.
+func TestRun_TimedFaultIsApplied(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
+	require.NoError(t, err)
+	defer cluster.Close()
+	s := Scenario{
+		Name: "timed-kill", Expect: Safe, Duration: 300 * time.Millisecond,
+		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
+		Faults:   []Fault{{At: 100 * time.Millisecond, Nodes: NodeSet{Pick: PickFixed, Nodes: []int{1}}, Action: Kill}},
+	}
+	res, err := Run(ctx, cluster, s, 1, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Histories, 1)
+	var killed []FaultRecord
+	for _, f := range res.Histories[0].Faults {
+		if f.Node == 1 && f.What == "killed" {
+			killed = append(killed, f)
+		}
+	}
+	require.Len(t, killed, 1, "faults: %+v", res.Histories[0].Faults)
+	assert.GreaterOrEqual(t, killed[0].From, 100*time.Millisecond)
+}
