@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/redisserver"
+)
+
+// These tests run `redlock exec` and `redlock status` against real
+// redis-server processes (skipped when redis-server is missing, unless
+// CI=true). exec runs in a process of its own, so that its signal handling
+// and process groups are the real ones: the test binary re-executes itself
+// as the redlock command (see init), which saves building the binary.
+
+// asRedlockEnv, set to 1 in a process's environment, makes the test binary
+// run main (the redlock command) instead of the tests.
+const asRedlockEnv = "REDLOCK_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(asRedlockEnv) == "1" {
+		main() // exits
+	}
+}
+
+// startNodes starts n redis-server nodes, closed when the test ends, and
+// returns them with their node list for --nodes / $REDLOCK_NODES.
+func startNodes(t *testing.T, n int) ([]*redisserver.Server, string) {
+	t.Helper()
+	redisserver.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	servers, err := redisserver.StartN(ctx, n, redisserver.Options{})
+	require.NoError(t, err)
+	addrs := make([]string, n)
+	for i, s := range servers {
+		t.Cleanup(func() { assert.NoError(t, s.Close()) })
+		addrs[i] = "redis://" + s.Addr()
+	}
+	return servers, strings.Join(addrs, ",")
+}
+
+// redlockBinary returns the path of an executable that runs as the redlock
+// command when asRedlockEnv=1 is in its environment: this test binary.
+func redlockBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	return bin
+}
+
+// execRun is one started `redlock` process.
+type execRun struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer // read them only after done is closed
+	done           chan struct{}
+	err            error // cmd.Wait's
+}
+
+func startRedlock(t *testing.T, bin, nodes string, args ...string) *execRun {
+	t.Helper()
+	r := &execRun{cmd: exec.Command(bin, args...)}
+	r.cmd.Env = append(os.Environ(), asRedlockEnv+"=1", "REDLOCK_NODES="+nodes)
+	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
+	r.cmd.WaitDelay = 5 * time.Second
+	r.done = make(chan struct{})
+	require.NoError(t, r.cmd.Start())
+	go func() {
+		r.err = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	})
+	return r
+}
+
+// wait returns the exit status.
+func (r *execRun) wait(t *testing.T) int {
+	t.Helper()
+	<-r.done
+	var ee *exec.ExitError
+	if r.err != nil && !errors.As(r.err, &ee) {
+		t.Fatalf("redlock: %v", r.err)
+	}
+	return r.cmd.ProcessState.ExitCode()
+}
+
+// waitFile waits until COMMAND has created path, and fails the test if
+// redlock exits first.
+func (r *execRun) waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("redlock exited with status %d before COMMAND created %s; stderr:\n%s", r.cmd.ProcessState.ExitCode(), path, r.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestExec_EndToEnd(t *testing.T) {
+	redisserver.Require(t)
+	bin := redlockBinary(t)
+
+	t.Run("two concurrent runs: one runs COMMAND, the other is busy", func(t *testing.T) {
+		t.Parallel()
+		_, nodes := startNodes(t, 3)
+		cmd := []string{"exec", "--key", "cron", "--ttl", "5s", "--", "sh", "-c", "echo ran; sleep 0.5; exit 3"}
+		a, b := startRedlock(t, bin, nodes, cmd...), startRedlock(t, bin, nodes, cmd...)
+		codes := []int{a.wait(t), b.wait(t)}
+		assert.ElementsMatch(t, []int{3, exitBusy}, codes, "COMMAND's status passes through; the other is busy\nA: %s\nB: %s", a.stderr.String(), b.stderr.String())
+		assert.Equal(t, "ran\n", a.stdout.String()+b.stdout.String(), "exactly one ran COMMAND")
+		loser := a
+		if codes[1] == exitBusy {
+			loser = b
+		}
+		assert.Contains(t, loser.stderr.String(), "taken")
+	})
+
+	t.Run("with --wait the second runs after the first", func(t *testing.T) {
+		t.Parallel()
+		_, nodes := startNodes(t, 3)
+		log := filepath.Join(t.TempDir(), "log")
+		cmd := []string{"exec", "--key", "cron", "--ttl", "5s", "--wait", "10s", "--fence-env", "TOKEN", "--",
+			"sh", "-c", `echo "start $TOKEN" >> "$0"; sleep 0.4; echo "end $TOKEN" >> "$0"`, log}
+		a, b := startRedlock(t, bin, nodes, cmd...), startRedlock(t, bin, nodes, cmd...)
+		assert.Equal(t, 0, a.wait(t), a.stderr.String())
+		assert.Equal(t, 0, b.wait(t), b.stderr.String())
+		out, err := os.ReadFile(log)
+		require.NoError(t, err)
+		assert.Equal(t, "start 1\nend 1\nstart 2\nend 2\n", string(out),
+			"one after the other, with increasing fencing tokens in $TOKEN")
+	})
+
+	t.Run("majority killed: COMMAND is stopped, lost-lock status", func(t *testing.T) {
+		t.Parallel()
+		servers, nodes := startNodes(t, 3)
+		dir := t.TempDir()
+		started, finished := filepath.Join(dir, "started"), filepath.Join(dir, "finished")
+		r := startRedlock(t, bin, nodes, "exec", "--key", "job", "--ttl", "1500ms", "--node-timeout", "200ms", "--",
+			"sh", "-c", `touch "$0"; sleep 30; touch "$1"`, started, finished)
+		r.waitFile(t, started)
+		killed := time.Now()
+		require.NoError(t, servers[0].Kill())
+		require.NoError(t, servers[1].Kill())
+		assert.Equal(t, exitLost, r.wait(t), r.stderr.String())
+		assert.Less(t, time.Since(killed), 1500*time.Millisecond, "COMMAND stopped before the lock's TTL ran out")
+		assert.NoFileExists(t, finished)
+		assert.Contains(t, r.stderr.String(), "lock lost")
+		assert.Contains(t, r.stderr.String(), "sending SIGTERM")
+	})
+
+	t.Run("lost lock: SIGKILL after the grace period", func(t *testing.T) {
+		t.Parallel()
+		servers, nodes := startNodes(t, 3)
+		dir := t.TempDir()
+		started := filepath.Join(dir, "started")
+		r := startRedlock(t, bin, nodes, "exec", "--key", "job", "--ttl", "900ms", "--node-timeout", "200ms", "--grace", "300ms", "--",
+			"sh", "-c", `trap "" TERM; touch "$0"; sleep 30`, started)
+		r.waitFile(t, started)
+		killed := time.Now()
+		require.NoError(t, servers[1].Kill())
+		require.NoError(t, servers[2].Kill())
+		assert.Equal(t, exitLost, r.wait(t), r.stderr.String())
+		assert.GreaterOrEqual(t, time.Since(killed), 300*time.Millisecond)
+		assert.Contains(t, r.stderr.String(), "sending SIGKILL")
+	})
+
+	t.Run("SIGINT is forwarded to COMMAND", func(t *testing.T) {
+		t.Parallel()
+		_, nodes := startNodes(t, 3)
+		started := filepath.Join(t.TempDir(), "started")
+		r := startRedlock(t, bin, nodes, "exec", "--key", "job", "--",
+			"sh", "-c", `trap "echo got INT; exit 5" INT; touch "$0"; while :; do sleep 0.05; done`, started)
+		r.waitFile(t, started)
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGINT))
+		assert.Equal(t, 5, r.wait(t), r.stderr.String())
+		assert.Equal(t, "got INT\n", r.stdout.String())
+	})
+
+	t.Run("COMMAND not found", func(t *testing.T) {
+		t.Parallel()
+		_, nodes := startNodes(t, 3)
+		r := startRedlock(t, bin, nodes, "exec", "--key", "job", "--", "/nonexistent/command")
+		assert.Equal(t, exitNotFound, r.wait(t))
+		// The lock was released: the next run gets it at once.
+		r = startRedlock(t, bin, nodes, "exec", "--key", "job", "--", "true")
+		assert.Equal(t, 0, r.wait(t), r.stderr.String())
+	})
+}
+
+func TestExec_Usage(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("REDLOCK_NODES", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no nodes", []string{"--key", "k", "--", "true"}, "no nodes"},
+		{"no key", []string{"--nodes", "127.0.0.1:1", "--", "true"}, "--key is required"},
+		{"no command", []string{"--nodes", "127.0.0.1:1", "--key", "k"}, "no COMMAND"},
+		{"bad flag", []string{"--nodes", "127.0.0.1:1", "--bogus"}, "not defined"},
+		{"bad ttl", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "0", "--", "true"}, "--ttl"},
+		{"interval too long", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "1s", "--extend-every", "1s", "--", "true"}, "--extend-every"},
+		{"bad URL", []string{"--nodes", "redis://u:hunter2@127.0.0.1:1/notadb", "--key", "k", "--", "true"}, "node 0"},
+		{"same node twice", []string{"--nodes", "127.0.0.1:1,redis://127.0.0.1:1", "--key", "k", "--", "true"}, "same node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, exitUsage, runExec(ctx, tc.args, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.NotContains(t, stderr.String(), "hunter2", "no password in messages")
+			assert.Empty(t, stdout.String())
+		})
+	}
+	t.Run("help", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, 0, runExec(ctx, []string{"--help"}, &stdout, &stderr))
+		assert.Contains(t, stdout.String(), "Example:")
+		assert.Contains(t, stdout.String(), "Exit status:")
+		assert.Contains(t, stdout.String(), "-fence-env")
+		assert.Empty(t, stderr.String())
+	})
+}
+
+func TestExec_UnavailableNodes(t *testing.T) {
+	servers, nodes := startNodes(t, 3)
+	require.NoError(t, servers[0].Kill())
+	require.NoError(t, servers[1].Kill())
+	var stdout, stderr bytes.Buffer
+	code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "k", "--", "true"}, &stdout, &stderr)
+	assert.Equal(t, exitUnavailable, code, stderr.String())
+}
+
+func TestStatus(t *testing.T) {
+	servers, nodes := startNodes(t, 3)
+	ctx := context.Background()
+	status := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := runStatus(ctx, append([]string{"--nodes", nodes}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+
+	code, out, _ := status("--key", "job")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `key "job": free on all 3 nodes`)
+
+	rl, err := redlock.Dial(splitNodes(nodes))
+	require.NoError(t, err)
+	defer rl.Close()
+	l, err := rl.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // the straggler's SET and the fencing write-back
+	code, out, _ = status("--key", "job")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `held by `+l.Owner()[:6]+`… on 3 of 3 nodes (quorum 2)`)
+	assert.NotContains(t, out, l.Owner(), "only a prefix of the owner value")
+	assert.Contains(t, out, "n/a (no amnesia guard)")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 5)
+	assert.Regexp(t, `^NODE\s+HELD\s+OWNER\s+TTL\s+FENCE\s+QUARANTINE\s+ERROR$`, lines[1])
+	assert.Regexp(t, `^127\.0\.0\.1:\d+/0\s+yes\s+\S{6}…\s+(59\.\d+|1m0)s?\s+[01]\s`, lines[2])
+
+	code, out, _ = status("--key", "job", "--json")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `"held": true`)
+	assert.Contains(t, out, `"ttl_ms": `)
+
+	require.NoError(t, servers[2].Kill())
+	code, out, _ = status("--key", "job", "--timeout", "200ms")
+	assert.Equal(t, 0, code, "a quorum answered")
+	assert.Contains(t, out, "1 of 3 nodes did not answer")
+	assert.Contains(t, out, "connection refused")
+
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, servers[1].Kill())
+	code, out, _ = status("--key", "job", "--timeout", "200ms")
+	assert.Equal(t, exitUnavailable, code, out)
+
+	code, _, errOut := status()
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--key is required")
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 0, runStatus(ctx, []string{"-h"}, &stdout, &stderr))
+	assert.Contains(t, stdout.String(), "Example:")
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// noGuard is what status shows for a node's quarantine state until the
+// amnesia guard exists.
+const noGuard = "n/a (no amnesia guard)"
+
+const statusHelp = `Usage: redlock status [flags]
+
+Shows the lock KEY on every node: whether the node holds it, by which owner
+(the first characters of the owner value only: the whole value is a secret),
+its remaining TTL on the node, the key's fencing counter (the last fencing
+token handed out), and the node's quarantine state. It reads only: it never
+takes or waits for the lock. The first line sums up whether one owner holds
+the key on a quorum of the nodes.
+
+Nodes are given as for 'redlock exec': --nodes or $REDLOCK_NODES.
+
+Exit status: 0 when a quorum of the nodes answered, 69 when fewer did, 64 on
+bad usage.
+
+Example:
+  REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 \
+    redlock status --key nightly-report
+
+Flags:
+`
+
+// runStatus implements `redlock status`: it returns the process exit status.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("redlock status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.String("nodes", "", "comma-separated node URLs (default $"+nodesEnv+")")
+	key := fs.String("key", "", "the lock's key on the nodes (required)")
+	timeout := fs.Duration("timeout", time.Second, "per-node timeout")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	// flag prints parse errors itself; the full help goes to stdout, and
+	// only on --help.
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(stdout, fs, statusHelp)
+			return 0
+		}
+		fmt.Fprintln(stderr, "Run 'redlock status --help' for usage.")
+		return exitUsage
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "redlock status: "+format+"\nRun 'redlock status --help' for usage.\n", a...)
+		return exitUsage
+	}
+	if *nodes == "" {
+		*nodes = os.Getenv(nodesEnv)
+	}
+	urls := splitNodes(*nodes)
+	switch {
+	case len(urls) == 0:
+		return bad("no nodes: give --nodes or set $%s", nodesEnv)
+	case *key == "":
+		return bad("--key is required")
+	case *timeout <= 0:
+		return bad("--timeout must be positive")
+	case fs.NArg() > 0:
+		return bad("unexpected arguments %q", fs.Args())
+	}
+	quietRedis()
+	client, err := redlock.Dial(urls, redlock.WithNodeTimeout(*timeout))
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock status: %v\n", err)
+		return exitUsage
+	}
+	defer client.Close()
+
+	states, err := client.Inspect(ctx, *key)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock status: %v\n", err)
+		return exitSoftware
+	}
+	sum := summarize(states, client.Quorum())
+	if *asJSON {
+		writeStatusJSON(stdout, *key, client.Quorum(), sum, states)
+	} else {
+		writeStatusTable(stdout, *key, client.Quorum(), sum, states)
+	}
+	if sum.answered < client.Quorum() {
+		return exitUnavailable
+	}
+	return 0
+}
+
+// statusSummary is what the nodes say together.
+type statusSummary struct {
+	answered int    // nodes read
+	holders  int    // nodes holding the key for owner
+	owner    string // the owner holding it on the most nodes (shortened)
+	minTTL   time.Duration
+}
+
+func (s statusSummary) String(n, quorum int) string {
+	var out string
+	switch {
+	case s.holders >= quorum:
+		out = fmt.Sprintf("held by %s on %d of %d nodes (quorum %d), at least %v left", s.owner, s.holders, n, quorum, s.minTTL)
+	case s.holders > 0:
+		out = fmt.Sprintf("not held: %s holds it on %d of %d nodes, below the quorum of %d (left-overs of a failed attempt, or a lock that is expiring)", s.owner, s.holders, n, quorum)
+	case s.answered == 0:
+		return fmt.Sprintf("unknown: none of the %d nodes answered", n)
+	default:
+		out = fmt.Sprintf("free on all %d nodes that answered", s.answered)
+	}
+	if s.answered < n {
+		out += fmt.Sprintf("; %d of %d nodes did not answer", n-s.answered, n)
+	}
+	return out
+}
+
+func summarize(states []redlock.NodeState, quorum int) statusSummary {
+	var s statusSummary
+	count := map[string]int{}
+	ttl := map[string]time.Duration{}
+	for _, st := range states {
+		if st.Err != nil {
+			continue
+		}
+		s.answered++
+		if !st.Held {
+			continue
+		}
+		count[st.Owner]++
+		if old, ok := ttl[st.Owner]; !ok || st.TTL < old {
+			ttl[st.Owner] = st.TTL
+		}
+	}
+	for owner, k := range count {
+		if k > s.holders || (k == s.holders && shortOwner(owner) < s.owner) {
+			s.holders, s.owner, s.minTTL = k, shortOwner(owner), ttl[owner]
+		}
+	}
+	return s
+}
+
+// shortOwner shows the first 6 characters of an owner value: enough to tell
+// holders apart, far too few to release someone else's lock.
+func shortOwner(owner string) string {
+	if owner == "" {
+		return "-"
+	}
+	r := []rune(owner)
+	if len(r) <= 6 {
+		return "…" // a short value would be revealed whole
+	}
+	return string(r[:6]) + "…"
+}
+
+func fmtTTL(st redlock.NodeState) string {
+	switch {
+	case !st.Held:
+		return "-"
+	case st.TTL < 0:
+		return "no expiry"
+	}
+	return st.TTL.Round(time.Millisecond).String()
+}
+
+func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState) {
+	fmt.Fprintf(w, "key %q: %s\n", key, sum.String(len(states), quorum))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tTTL\tFENCE\tQUARANTINE\tERROR")
+	for _, st := range states {
+		if st.Err != nil {
+			fmt.Fprintf(tw, "%s\t?\t-\t-\t-\t%s\t%v\n", st.Node, noGuard, st.Err)
+			continue
+		}
+		held := "no"
+		if st.Held {
+			held = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, noGuard)
+	}
+	_ = tw.Flush()
+}
+
+// statusJSON is the --json output.
+type statusJSON struct {
+	Key     string           `json:"key"`
+	Quorum  int              `json:"quorum"`
+	Held    bool             `json:"held"` // one owner holds the key on a quorum
+	Summary string           `json:"summary"`
+	Nodes   []nodeStatusJSON `json:"nodes"`
+}
+
+type nodeStatusJSON struct {
+	Node       string `json:"node"`
+	Held       bool   `json:"held"`
+	Owner      string `json:"owner,omitempty"`  // shortened
+	TTLMs      *int64 `json:"ttl_ms,omitempty"` // absent when not held; -1: no expiry
+	Fence      uint64 `json:"fence"`
+	Quarantine string `json:"quarantine"`
+	Error      string `json:"error,omitempty"`
+}
+
+func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState) {
+	out := statusJSON{Key: key, Quorum: quorum, Held: sum.holders >= quorum, Summary: sum.String(len(states), quorum)}
+	for _, st := range states {
+		n := nodeStatusJSON{Node: st.Node, Held: st.Held, Fence: st.Fence, Quarantine: noGuard}
+		if st.Err != nil {
+			n.Error = st.Err.Error()
+		}
+		if st.Held {
+			n.Owner = shortOwner(st.Owner)
+			ms := st.TTL.Milliseconds()
+			if st.TTL < 0 {
+				ms = -1
+			}
+			n.TTLMs = &ms
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
+}
