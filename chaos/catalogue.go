@@ -50,7 +50,7 @@ func Catalogue() []Scenario {
 		{
 			Name: "minority-killed", Summary: "a random minority of nodes is killed mid-run",
 			Expect: Safe, Why: "the remaining majority still grants and refuses on its own; availability holds",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{At: trialLength / 4, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill}},
 		},
 		{
@@ -62,13 +62,13 @@ func Catalogue() []Scenario {
 		{
 			Name: "minority-partition", Summary: "a random minority is cut off (requests and replies lost)",
 			Expect: Safe, Why: "partitioned nodes only cost votes; the per-node timeout keeps acquires fast",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: Partition}},
 		},
 		{
 			Name: "lost-replies", Summary: "a minority executes every command but its replies are lost",
 			Expect: Safe, Why: "failed attempts release on every node, also those that seemed silent, so no granted-but-unseen key is left",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: DropReplies}},
 		},
 		{
@@ -80,7 +80,7 @@ func Catalogue() []Scenario {
 		{
 			Name: "paused-node", Summary: "a minority of nodes freezes for 400 ms (SIGSTOP), then runs the queued commands",
 			Expect: Safe, Why: "late SETs applied after the pause belong to attempts that were already released or decided",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{At: trialLength / 7, Nodes: NodeSet{Pick: PickRandomMinority}, Action: PauseNode, Amount: 400 * time.Millisecond}},
 		},
 		{

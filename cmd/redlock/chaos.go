@@ -23,6 +23,9 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
+// errFlagReported marks a flag error the flag package already printed.
+var errFlagReported = errors.New("flag error already reported")
+
 // exitUsage is the status for bad usage (EX_USAGE from sysexits.h).
 const exitUsage = 64
 
@@ -87,7 +90,11 @@ func parseChaosFlags(args []string, stderr io.Writer) (chaosFlags, error) {
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
-		return f, err
+		if errors.Is(err, flag.ErrHelp) {
+			return f, err
+		}
+		// The flag package already printed the error and the usage.
+		return f, errFlagReported
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -110,7 +117,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+		if !errors.Is(err, errFlagReported) {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+		}
 		return exitUsage
 	}
 	scenarios := chaos.Catalogue()
