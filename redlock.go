@@ -566,6 +566,13 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		waits []func()
 		last  *QuorumError
 	)
+	// Before reporting a failure, wait for every node call of every attempt
+	// (each bounded by the per-node timeout): no key of ours may be left.
+	waitAll := func() {
+		for _, w := range waits {
+			w()
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			return nil, ErrClosed
@@ -577,7 +584,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			return lock, nil
 		}
 		if qerr == nil { // the owner generator failed
-			return nil, wait2err(waits, fmt.Errorf("%w: %s %q", ErrNotAcquired, "acquire", key))
+			waitAll()
+			return nil, fmt.Errorf("%w: acquire %q", ErrNotAcquired, key)
 		}
 		last = qerr
 		last.Attempts = attempt
@@ -598,20 +606,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			break
 		}
 	}
-	for _, w := range waits {
-		w()
-	}
+	waitAll()
 	if err := callerEnded(ctx); err != nil && last.Cause == nil {
 		last.Cause = err
 	}
 	return nil, last
-}
-
-func wait2err(waits []func(), err error) error {
-	for _, w := range waits {
-		w()
-	}
-	return err
 }
 
 // attempt states, read by late replies to know whether to clean up.

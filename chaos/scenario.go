@@ -208,18 +208,16 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 	switch {
 	case verdicts[Broken] > 0:
 		res.Observed = Broken
-	case verdicts[Unsafe] > 0 && (s.Expect != Unsafe || verdicts[Safe] == 0):
-		res.Observed = Unsafe
+	case verdicts[Unsafe] > 0 && s.Expect == Unsafe && verdicts[Safe] > 0:
+		// Not reproduced every time: report the weaker outcome.
+		res.Observed = Safe
+		res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials only", verdicts[Unsafe], trials))
 	case verdicts[Unsafe] > 0:
 		res.Observed = Unsafe
-		res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials only", verdicts[Unsafe], trials))
-		if verdicts[Safe] > 0 {
-			res.Observed = Safe // not reproduced every time: report the weaker outcome
-		}
 	default:
 		res.Observed = Safe
 	}
-	res.P50, res.P99 = percentile(latencies, 50), percentile(latencies, 99)
+	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
 	return res, nil
 }
 
@@ -294,7 +292,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, seed uint64) (t
 		}
 	}
 	for _, f := range timed {
-		inj.after(tctx, f.At, f)
+		inj.schedule(tctx, f.At, func() { inj.applyLogged(tctx, f, nil) })
 	}
 
 	var (
@@ -366,18 +364,18 @@ func (inj *injector) fail(err error) {
 	}
 }
 
-// after applies f after d, unless the trial ended.
-func (inj *injector) after(ctx context.Context, d time.Duration, f Fault) {
+// schedule runs fn after d unless the trial ended first; stop cancels it or
+// waits for it.
+func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
 	inj.wg.Add(1)
-	t := time.AfterFunc(d, func() {
+	inj.timers = append(inj.timers, time.AfterFunc(d, func() {
 		defer inj.wg.Done()
 		if ctx.Err() == nil {
-			inj.applyLogged(ctx, f, nil)
+			fn()
 		}
-	})
-	inj.timers = append(inj.timers, t)
+	}))
 }
 
 func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock.NodeResult) {
@@ -532,18 +530,10 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 			}
 			undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
 			lbl := label
-			inj.mu.Lock()
-			inj.wg.Add(1)
-			t := time.AfterFunc(f.For, func() {
-				defer inj.wg.Done()
-				if ctx.Err() != nil {
-					return
-				}
+			inj.schedule(ctx, f.For, func() {
 				inj.closeBand(i, lbl, time.Now())
 				inj.applyLogged(ctx, undo, nil)
 			})
-			inj.timers = append(inj.timers, t)
-			inj.mu.Unlock()
 		}
 	}
 	return nil
@@ -557,14 +547,4 @@ func (inj *injector) closeBand(node int, what string, at time.Time) {
 		inj.oracle.Fault(node, what, from, at)
 		delete(inj.open, k)
 	}
-}
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (p*len(s)+99)/100 - 1
-	return s[max(i, 0)]
 }
