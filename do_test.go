@@ -490,7 +490,7 @@ func TestInspect(t *testing.T) {
 		states, err := c.rl.Inspect(ctx, "job")
 		require.NoError(t, err)
 		for _, st := range states {
-			assert.Equal(t, redlock.NodeState{Node: st.Node}, st, "free, no fencing counter yet")
+			assert.Equal(t, redlock.NodeState{Node: st.Node, EpochAge: -1}, st, "free, no fencing counter or epoch yet")
 		}
 
 		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)

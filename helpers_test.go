@@ -97,12 +97,12 @@ func (n *testNode) Slow(d time.Duration) {
 	n.SlowIf(d, func(cmd string, _ []string) bool { return cmd == "EVALSHA" || cmd == "EVAL" })
 }
 
-// SlowAcquire delays only two-key scripts (the acquire script, and the
+// SlowAcquire delays only three-key scripts (the acquire script, and the
 // fencing write-back when fencing is on) by d: a release or extend sent
 // after such a command runs before it.
 func (n *testNode) SlowAcquire(d time.Duration) {
 	n.SlowIf(d, func(cmd string, args []string) bool {
-		return (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 1 && args[1] == "2"
+		return (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 1 && args[1] == "3"
 	})
 }
 

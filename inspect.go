@@ -30,6 +30,13 @@ type NodeState struct {
 	// Fence is the node's fencing counter for the key: the highest fencing
 	// token written back there, 0 when none.
 	Fence uint64
+	// EpochAge is the age, on the node's clock, of the key's epoch there
+	// (amnesia guard, see WithQuarantine); -1 when the node has none: the
+	// key was never used on it with the guard on, or the node lost its data.
+	EpochAge time.Duration
+	// Trusted reports whether a successful acquisition vouched for the
+	// node's epoch: its votes and fencing counter count.
+	Trusted bool
 	// Err is why the node could not be read (unreachable, timed out, an
 	// error reply); the other fields are then zero.
 	Err error
@@ -49,7 +56,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 		return nil, ErrClosed
 	}
 	name := c.cfg.prefix + key
-	keys := []string{name, fenceKey(name)}
+	keys := []string{name, fenceKey(name), epochKey(name)}
 	timeout := c.cfg.nodeTimeout
 	if timeout <= 0 {
 		timeout = inspectTimeout
@@ -72,7 +79,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 func inspectNode(ctx context.Context, n *node, keys []string) NodeState {
 	st := NodeState{Node: n.name}
 	res, err := inspectScript.Run(ctx, n.client, keys).Slice()
-	if err == nil && len(res) != 3 {
+	if err == nil && len(res) != 5 {
 		err = fmt.Errorf("redlock: unexpected inspect reply %v", res)
 	}
 	if err != nil {
@@ -82,6 +89,12 @@ func inspectNode(ctx context.Context, n *node, keys []string) NodeState {
 	owner, _ := res[0].(string)
 	pttl, _ := res[1].(int64)
 	fence, _ := res[2].(string)
+	age, _ := res[3].(int64)
+	trusted, _ := res[4].(int64)
+	st.EpochAge, st.Trusted = -1, trusted == 1
+	if age >= 0 {
+		st.EpochAge = time.Duration(age) * time.Millisecond
+	}
 	if fence != "" {
 		f, err := strconv.ParseUint(fence, 10, 64)
 		if err != nil {

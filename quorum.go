@@ -27,9 +27,17 @@ const (
 	OutcomeTimedOut                   // no reply within the per-node timeout
 	OutcomeCanceled                   // the caller's context ended first
 	OutcomeError                      // the node answered with an error (script, auth, OOM...)
+	// OutcomeQuarantined: the node set the key, but its vote does not count
+	// because it may have lost its data (amnesia guard): its copy of the
+	// key's history was created recently and no successful acquisition has
+	// vouched for it yet. NodeResult.QuarantineLeft says for how long.
+	OutcomeQuarantined
 )
 
-var outcomeNames = [...]string{"pending", "granted", "taken", "not-held", "unreachable", "timed-out", "canceled", "error"}
+// codeQuarantined is the client-side code of a grant from a quarantined node.
+const codeQuarantined = 2
+
+var outcomeNames = [...]string{"pending", "granted", "taken", "not-held", "unreachable", "timed-out", "canceled", "error", "quarantined"}
 
 // String returns a short lower-case name such as "granted" or "timed-out".
 func (o Outcome) String() string {
@@ -51,34 +59,57 @@ type NodeResult struct {
 	Err error
 	// Latency is how long the node took to answer; zero when it did not.
 	Latency time.Duration
+	// QuarantineLeft is, for OutcomeQuarantined, how much longer the node's
+	// votes for this key are not counted unless a successful acquisition
+	// vouches for it first (see WithQuarantine); zero otherwise.
+	QuarantineLeft time.Duration
 }
 
 // reply is what a node call returns before it becomes a NodeResult.
 type reply struct {
 	idx     int
-	code    int64  // codeApplied, codeNotHeld or codeTaken when err is nil
+	code    int64  // codeApplied, codeNotHeld, codeTaken or codeQuarantined when err is nil
 	counter uint64 // fencing counter read by the acquire script
+	epoch   int64  // epoch state read by the acquire script (epochTrusted...)
+	left    time.Duration
 	err     error
 	latency time.Duration
 }
 
-// tally is the state of one vote: every node's result so far and the
-// fencing counters reported by granting nodes.
+// tally is the state of one vote: every node's result so far, and the
+// fencing counters and epoch states reported by granting nodes.
 type tally struct {
 	results  []NodeResult
 	counters []uint64
+	epochs   []int64
 	granted  int
+	// fresh counts quarantined grants from nodes that created the key's
+	// epoch just now; others counts every other answer (errors aside).
+	fresh, others int
+	need          int
 }
 
-// maxCounter returns the highest fencing counter reported by a granting node.
-func (t *tally) maxCounter() uint64 {
+// brandNew reports whether the key is new to the cluster: at least a
+// majority of nodes answered, every answer said the key's epoch was created
+// just now, and no node reported any history (an epoch, or the key taken).
+// Only unreachable nodes could then hold history, and they are a minority,
+// while a key's history is on at least a majority (every node that ever
+// granted it). So unless a majority of the nodes that hold it lost their data
+// or are unreachable at once, the key has never been locked.
+func (t *tally) brandNew() bool { return t.others == 0 && t.fresh >= t.need }
+
+// maxCounter returns the highest fencing counter reported by a granting node
+// whose counter can be trusted, and how many such nodes there are.
+func (t *tally) maxCounter() (uint64, int) {
 	var m uint64
+	n := 0
 	for i, r := range t.results {
-		if r.Outcome == OutcomeGranted && t.counters[i] > m {
-			m = t.counters[i]
+		if r.Outcome == OutcomeGranted && t.epochs[i] == epochTrusted {
+			n++
+			m = max(m, t.counters[i])
 		}
 	}
-	return m
+	return m, n
 }
 
 // nodeOp runs one operation against one node with the given context.
@@ -97,7 +128,7 @@ type nodeOp func(ctx context.Context, n *node) reply
 // The client's WaitGroup also tracks them, so Close waits for them too.
 func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, func()) {
 	n := len(c.nodes)
-	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n)}
+	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n), epochs: make([]int64, n), need: need}
 	for i, nd := range c.nodes {
 		t.results[i] = NodeResult{Node: nd.name, Outcome: OutcomePending}
 	}
@@ -159,16 +190,33 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 				res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
 			}
 		}
-		if res.Outcome == OutcomeGranted {
+		t.counters[r.idx], t.epochs[r.idx] = r.counter, r.epoch
+		switch res.Outcome {
+		case OutcomeGranted:
 			t.granted++
-			t.counters[r.idx] = r.counter
+		case OutcomeQuarantined:
+			res.QuarantineLeft = r.left
+		}
+		switch {
+		case r.err != nil:
+		case res.Outcome == OutcomeQuarantined && r.epoch == epochNew:
+			t.fresh++
+		default:
+			t.others++
 		}
 	}
 	decide := func() bool {
 		if all {
 			return answered == n
 		}
-		return t.granted >= need || t.granted+(n-answered) < need
+		// While every answer so far is a fresh epoch, the key may be brand
+		// new: that needs every node's answer (or its timeout), since one
+		// late node with history decides it is not.
+		possible := t.granted + (n - answered)
+		if t.others == 0 {
+			possible += t.fresh
+		}
+		return t.granted >= need || answered == n || possible < need
 	}
 
 	// The node context's Done fires at the per-node timeout or when ctx
@@ -230,6 +278,8 @@ func classify(r reply) Outcome {
 			return OutcomeGranted
 		case codeTaken:
 			return OutcomeTaken
+		case codeQuarantined:
+			return OutcomeQuarantined
 		default:
 			return OutcomeNotHeld
 		}

@@ -111,6 +111,7 @@ type config struct {
 	prefix      string
 	owner       func() (string, error)
 	fencing     bool
+	quarantine  time.Duration // amnesia guard; 0: off
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
@@ -196,6 +197,31 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 			return fmt.Errorf("%w: nil owner generator", ErrInvalidArgument)
 		}
 		c.owner = gen
+		return nil
+	}
+}
+
+// WithQuarantine turns the amnesia guard on with the given quarantine
+// (default 0: off). A node that restarts without its data forgets the locks
+// it granted, and a second client can then win a majority (Kleppmann, "How to
+// do distributed locking", 2016). With the guard, each node keeps a per-key
+// epoch next to the lock key; when a node lost it, its votes for that key are
+// not counted (outcome OutcomeQuarantined) until either a successful
+// acquisition by a majority of trusted nodes vouches for it and repairs its
+// fencing counter, or the quarantine has passed since the epoch was
+// recreated. Choose the quarantine at least as long as the longest TTL any
+// client uses on these nodes (by then every lock the node may have forgotten
+// has expired); each call uses at least its own TTL; one minute is a good
+// start. Costs: one small hash per key and node, and on the first use of a
+// key Acquire waits for every node's answer (or its per-node timeout), since
+// only then can it tell a new key from a forgotten one (docs/fencing.md). It
+// must not be negative.
+func WithQuarantine(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: quarantine %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.quarantine = d
 		return nil
 	}
 }
@@ -560,7 +586,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		return nil, err
 	}
 	name := cfg.prefix + key
-	keys := []string{name, fenceKey(name)}
+	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
 		waits []func()
@@ -637,32 +663,88 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		// was released (in both cases after the deletes were sent), must be
 		// undone here: the SET ran before this reply, the deletes may have
 		// run before the SET.
-		if r.err == nil && r.code == codeApplied && (state.Load() == failed || released.Load()) {
+		granted := r.code == codeApplied || r.code == codeQuarantined
+		if r.err == nil && granted && (state.Load() == failed || released.Load()) {
 			c.releaseNode(context.WithoutCancel(ctx), c.nodes[r.idx], keys, owner, timeout)
 		}
 	}
 
+	quarantine, qMs := time.Duration(0), "-1" // -1: guard off (acquireScript)
+	if cfg.quarantine > 0 {
+		quarantine = max(cfg.quarantine, ttl)
+		qMs = strconv.FormatInt(quarantine.Milliseconds(), 10)
+	}
+
 	start := time.Now()
 	acq, waitAcq := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		res, err := acquireScript.Run(ctx, n.client, keys, owner, ttlMs).Int64Slice()
+		res, err := acquireScript.Run(ctx, n.client, keys, owner, ttlMs, qMs).Int64Slice()
 		if err != nil {
 			return reply{err: err}
 		}
-		if len(res) != 2 || res[1] < 0 {
+		if len(res) != 4 || res[1] < 0 {
 			return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
 		}
-		return reply{code: res[0], counter: uint64(res[1])}
+		r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
+		if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
+			r.code, r.left = codeQuarantined, quarantine-time.Duration(res[3])*time.Millisecond
+		}
+		return r
 	}, late)
 	waits := []func(){waitAcq}
 	result := acq
-	var token uint64
+	var (
+		token uint64
+		cause error
+	)
 
+	// Nodes whose history this acquisition must vouch for (amnesia guard):
+	// every node that set the key without a trusted epoch.
+	repair := false
+	for i, r := range acq.results {
+		if (r.Outcome == OutcomeGranted || r.Outcome == OutcomeQuarantined) && acq.epochs[i] != epochTrusted {
+			repair = true
+		}
+		if r.Outcome == OutcomeQuarantined {
+			cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
+				"key", key, "node", r.Node, "quarantine_left", r.QuarantineLeft)
+		}
+	}
+	if acq.brandNew() {
+		// First use of the key: no node has any history it could have
+		// forgotten, so every vote counts.
+		for i := range acq.results {
+			acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0
+			acq.epochs[i] = epochTrusted
+		}
+		acq.granted = len(acq.results)
+	}
 	ok := acq.granted >= c.quorum
 	if ok && cfg.fencing {
-		token = acq.maxCounter() + 1
-		tok := strconv.FormatUint(token, 10)
+		high, trusted := acq.maxCounter()
+		if trusted < c.quorum {
+			// A node that lost its data also lost its counter, so the
+			// granting majority alone does not bound the last token. Every
+			// trusted node of the last holder's write-back quorum does:
+			// read all N nodes (docs/fencing.md).
+			all, waitRead := c.trustedCounters(ctx, timeout, keys)
+			waits = append(waits, waitRead)
+			if all < 0 {
+				ok = false
+				cause = fmt.Errorf("fencing counters trusted on %d granting nodes, %d needed, and not every node answered (amnesia guard)", trusted, c.quorum)
+			}
+			high = max(high, uint64(max(all, 0)))
+		}
+		token = high + 1
+	}
+	if ok && (cfg.fencing || (repair && quarantine > 0)) {
+		// One more round trip: write the token back (owner-checked) to a
+		// majority, and vouch for the nodes that hold our key (repair).
+		tok, trust := strconv.FormatUint(token, 10), "0"
+		if repair && quarantine > 0 {
+			trust = "1"
+		}
 		fence, waitFence := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-			code, err := fenceScript.Run(ctx, n.client, keys, owner, tok).Int64()
+			code, err := fenceScript.Run(ctx, n.client, keys, owner, tok, trust).Int64()
 			return reply{code: code, err: err}
 		}, nil)
 		waits = append(waits, waitFence)
@@ -672,7 +754,6 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	}
 	acquiredAt := time.Now()
 	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
-	cause := error(nil)
 	if ok && validity <= 0 {
 		ok = false
 		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
@@ -706,6 +787,32 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		Op: "acquire", Key: key, Quorum: c.quorum, Granted: result.granted,
 		Nodes: result.results, Err: ErrNotAcquired, Cause: cause,
 	}, waitAll
+}
+
+// trustedCounters reads the fencing counter of every node and returns the
+// highest among nodes whose epoch is trusted, or -1 when some node did not
+// answer. It waits for every node (up to the per-node timeout).
+func (c *Client) trustedCounters(ctx context.Context, timeout time.Duration, keys []string) (int64, func()) {
+	t, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		res, err := counterScript.Run(ctx, n.client, keys).Int64Slice()
+		if err == nil && (len(res) != 2 || res[0] < 0) {
+			err = fmt.Errorf("redlock: unexpected counter reply %v", res)
+		}
+		if err != nil {
+			return reply{err: err}
+		}
+		return reply{code: codeApplied, counter: uint64(res[0]), epoch: 1 - res[1]} // epochTrusted is 0
+	}, nil)
+	var high int64
+	for i, r := range t.results {
+		if r.Outcome != OutcomeGranted {
+			return -1, wait
+		}
+		if t.epochs[i] == epochTrusted {
+			high = max(high, int64(t.counters[i]))
+		}
+	}
+	return high, wait
 }
 
 func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
@@ -837,14 +944,23 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	return &next, t, nil
 }
 
-// fenceKey names the fencing counter of lock key name. It shares name's
-// Redis Cluster hash slot: "{name}:fence" when name has no hash tag (the tag
-// is then name itself), or "name:fence" when name already has one.
-func fenceKey(name string) string {
+// fenceKey names the fencing counter of lock key name: "{name}:fence", or
+// "name:fence" when name already has a hash tag (see slotKey).
+func fenceKey(name string) string { return slotKey(name, ":fence") }
+
+// epochKey names the amnesia guard's epoch of lock key name (a hash with
+// `born` and `trusted`): "{name}:epoch", or "name:epoch" (see slotKey).
+func epochKey(name string) string { return slotKey(name, ":epoch") }
+
+// slotKey appends suffix to name so that the result shares name's Redis
+// Cluster hash slot: the slot of a key without a hash tag is that of the
+// whole key, so it becomes the tag ("{name}suffix"); a key that has a tag
+// keeps it ("namesuffix").
+func slotKey(name, suffix string) string {
 	if open := strings.IndexByte(name, '{'); open >= 0 {
 		if end := strings.IndexByte(name[open+1:], '}'); end > 0 {
-			return name + ":fence"
+			return name + suffix
 		}
 	}
-	return "{" + name + "}:fence"
+	return "{" + name + "}" + suffix
 }

@@ -129,7 +129,7 @@ func countAcquires(c *cluster) *atomic.Int64 {
 	var n atomic.Int64
 	for _, nd := range c.nodes {
 		nd.SlowIf(0, func(cmd string, args []string) bool {
-			if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 1 && args[1] == "2" {
+			if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 1 && args[1] == "3" {
 				n.Add(1)
 			}
 			return false

@@ -90,6 +90,7 @@ type execFlags struct {
 	extendEvery time.Duration
 	grace       time.Duration
 	nodeTimeout time.Duration
+	quarantine  time.Duration
 	fenceEnv    string
 	busyExit    int
 	verbose     bool
@@ -109,6 +110,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 20ms..1s)")
+	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
 	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release to stderr")
@@ -141,8 +143,8 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		return bad("no COMMAND given")
 	case f.ttl <= 0 || f.ttl%time.Millisecond != 0:
 		return bad("--ttl %v must be a positive whole number of milliseconds", f.ttl)
-	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0:
-		return bad("--wait, --grace, --extend-every and --node-timeout must not be negative")
+	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0:
+		return bad("--wait, --grace, --extend-every, --node-timeout and --quarantine must not be negative")
 	case f.busyExit < 0 || f.busyExit > 255:
 		return bad("--busy-exit %d must be in 0..255", f.busyExit)
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
@@ -201,6 +203,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.nodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(f.nodeTimeout))
 	}
+	opts = append(opts, redlock.WithQuarantine(f.quarantine))
 	quietRedis()
 	client, err := redlock.Dial(f.nodes, opts...)
 	if err != nil { // the error names the node, without its password

@@ -278,11 +278,21 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, `held by `+l.Owner()[:6]+`… on 3 of 3 nodes (quorum 2)`)
 	assert.NotContains(t, out, l.Owner(), "only a prefix of the owner value")
-	assert.Contains(t, out, "n/a (no amnesia guard)")
+	assert.Contains(t, out, "no epoch", "acquired without the amnesia guard")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 5)
 	assert.Regexp(t, `^NODE\s+HELD\s+OWNER\s+TTL\s+FENCE\s+QUARANTINE\s+ERROR$`, lines[1])
 	assert.Regexp(t, `^127\.0\.0\.1:\d+/0\s+yes\s+\S{6}…\s+(59\.\d+|1m0)s?\s+[01]\s`, lines[2])
+
+	guarded, err := redlock.Dial(splitNodes(nodes), redlock.WithQuarantine(time.Minute))
+	require.NoError(t, err)
+	defer guarded.Close()
+	g, err := guarded.Acquire(ctx, "guarded", time.Minute)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // the write-back that vouches for the nodes
+	_, gout, _ := status("--key", "guarded")
+	assert.Equal(t, 3, strings.Count(gout, " trusted "), gout)
+	require.NoError(t, g.Release(ctx))
 
 	code, out, _ = status("--key", "job", "--json")
 	assert.Equal(t, 0, code)

@@ -14,16 +14,29 @@ import (
 	"github.com/d3b93e30/redlock"
 )
 
-// noGuard is what status shows for a node's quarantine state until the
-// amnesia guard exists.
-const noGuard = "n/a (no amnesia guard)"
+// guardState describes a node's amnesia-guard state for the key, given the
+// quarantine the clients use (redlock.WithQuarantine).
+func guardState(st redlock.NodeState, quarantine time.Duration) string {
+	switch {
+	case st.Err != nil:
+		return "?"
+	case st.EpochAge < 0:
+		return "no epoch"
+	case st.Trusted:
+		return "trusted"
+	case st.EpochAge < quarantine:
+		return fmt.Sprintf("quarantined, %v left", (quarantine - st.EpochAge).Round(time.Second))
+	}
+	return "quarantine over, counter not vouched for"
+}
 
 const statusHelp = `Usage: redlock status [flags]
 
 Shows the lock KEY on every node: whether the node holds it, by which owner
 (the first characters of the owner value only: the whole value is a secret),
 its remaining TTL on the node, the key's fencing counter (the last fencing
-token handed out), and the node's quarantine state. It reads only: it never
+token handed out), and the node's amnesia-guard state for the key ("no
+epoch", "trusted", "quarantined, 40s left", computed with --quarantine). It reads only: it never
 takes or waits for the lock. The first line sums up whether one owner holds
 the key on a quorum of the nodes.
 
@@ -47,6 +60,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	key := fs.String("key", "", "the lock's key on the nodes (required)")
 	timeout := fs.Duration("timeout", time.Second, "per-node timeout")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	quarantine := fs.Duration("quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
@@ -91,9 +105,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	sum := summarize(states, client.Quorum())
 	if *asJSON {
-		writeStatusJSON(stdout, *key, client.Quorum(), sum, states)
+		writeStatusJSON(stdout, *key, client.Quorum(), sum, states, *quarantine)
 	} else {
-		writeStatusTable(stdout, *key, client.Quorum(), sum, states)
+		writeStatusTable(stdout, *key, client.Quorum(), sum, states, *quarantine)
 	}
 	if sum.answered < client.Quorum() {
 		return exitUnavailable
@@ -175,20 +189,20 @@ func fmtTTL(st redlock.NodeState) string {
 	return st.TTL.Round(time.Millisecond).String()
 }
 
-func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState) {
+func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
 	fmt.Fprintf(w, "key %q: %s\n", key, sum.String(len(states), quorum))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tTTL\tFENCE\tQUARANTINE\tERROR")
 	for _, st := range states {
 		if st.Err != nil {
-			fmt.Fprintf(tw, "%s\t?\t-\t-\t-\t%s\t%v\n", st.Node, noGuard, st.Err)
+			fmt.Fprintf(tw, "%s\t?\t-\t-\t-\t%s\t%v\n", st.Node, guardState(st, quarantine), st.Err)
 			continue
 		}
 		held := "no"
 		if st.Held {
 			held = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, noGuard)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, guardState(st, quarantine))
 	}
 	_ = tw.Flush()
 }
@@ -212,10 +226,10 @@ type nodeStatusJSON struct {
 	Error      string `json:"error,omitempty"`
 }
 
-func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState) {
+func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
 	out := statusJSON{Key: key, Quorum: quorum, Held: sum.holders >= quorum, Summary: sum.String(len(states), quorum)}
 	for _, st := range states {
-		n := nodeStatusJSON{Node: st.Node, Held: st.Held, Fence: st.Fence, Quarantine: noGuard}
+		n := nodeStatusJSON{Node: st.Node, Held: st.Held, Fence: st.Fence, Quarantine: guardState(st, quarantine)}
 		if st.Err != nil {
 			n.Error = st.Err.Error()
 		}

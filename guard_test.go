@@ -1,0 +1,181 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// secondClient is another process's Client over the same nodes.
+func (c *cluster) secondClient(t testing.TB, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(c.nodes))
+	for i, nd := range c.nodes {
+		clients[i] = nd.rc
+	}
+	rl, err := redlock.New(clients, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rl.Close()) })
+	return rl
+}
+
+// amnesiaSetUp is Kleppmann's amnesia case on 5 nodes: A acquires while
+// nodes 3 and 4 are unreachable, so A's keys are exactly on nodes 0, 1, 2;
+// then 3 and 4 come back and node 0 loses its data.
+func amnesiaSetUp(t *testing.T, opts ...redlock.Option) (*cluster, *redlock.Client, *redlock.Lock) {
+	c := newCluster(t, 5, opts...)
+	c.nodes[3].refused.Store(true)
+	c.nodes[4].refused.Store(true)
+	a, err := c.rl.Acquire(context.Background(), "report", 10*time.Second)
+	require.NoError(t, err)
+	c.nodes[3].refused.Store(false)
+	c.nodes[4].refused.Store(false)
+	c.nodes[0].m.FlushAll()
+	return c, c.secondClient(t, opts...), a
+}
+
+func TestAmnesiaGuard_RestartedNodeIsQuarantined(t *testing.T) {
+	for _, fencing := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fencing", false: "no fencing"}[fencing], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := []redlock.Option{redlock.WithQuarantine(time.Minute), redlock.WithFencing(fencing)}
+				_, b, a := amnesiaSetUp(t, opts...)
+
+				_, err := b.TryAcquire(context.Background(), "report", 10*time.Second)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				qe := quorumError(t, err)
+				// Node 0 lost its data; 1 and 2 hold A's key; 3 and 4 never saw
+				// the key. The vote is lost after any three answers, so a node
+				// may still be pending.
+				want := []redlock.Outcome{redlock.OutcomeQuarantined, redlock.OutcomeTaken, redlock.OutcomeTaken,
+					redlock.OutcomeQuarantined, redlock.OutcomeQuarantined}
+				answered := 0
+				for i, r := range qe.Nodes {
+					if r.Outcome == redlock.OutcomePending {
+						continue
+					}
+					answered++
+					assert.Equal(t, want[i], r.Outcome, "node %d", i)
+					if r.Outcome == redlock.OutcomeQuarantined {
+						assert.Equal(t, time.Minute, r.QuarantineLeft, "node %d", i)
+					}
+				}
+				assert.GreaterOrEqual(t, answered, 3)
+				assert.Zero(t, qe.Granted, "no vote may count")
+				assert.Positive(t, a.Validity(), "A still holds the lock")
+			})
+		})
+	}
+}
+
+// Without the guard the same history gives a second holder while the first
+// still holds the lock: the limit the guard exists for.
+func TestAmnesiaGuard_OffAllowsSecondHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, b, a := amnesiaSetUp(t, redlock.WithFencing(false))
+		l, err := b.TryAcquire(context.Background(), "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Positive(t, a.Validity())
+		assert.Positive(t, l.Validity())
+	})
+}
+
+// The first use of a key counts every vote (no node has any history to
+// forget), vouches for every node, and the next holder needs no repair.
+func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		ctx := context.Background()
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), l.Token())
+		synctest.Wait() // the write-back's stragglers
+		for i, nd := range c.nodes {
+			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
+		}
+		require.NoError(t, l.Release(ctx))
+		l2, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(2), l2.Token())
+		granted := 0
+		for _, o := range outcomes(l2.Nodes()) {
+			assert.NotEqual(t, redlock.OutcomeQuarantined, o)
+			if o == redlock.OutcomeGranted {
+				granted++
+			}
+		}
+		assert.GreaterOrEqual(t, granted, c.rl.Quorum())
+	})
+}
+
+// A first use with a minority unreachable still counts as new: a key's
+// history lives on a majority.
+func TestAmnesiaGuard_FirstUseWithMinorityDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 5, redlock.WithQuarantine(time.Minute))
+		c.nodes[4].Refuse()
+		_, err := c.rl.Acquire(context.Background(), "report", 10*time.Second)
+		require.NoError(t, err)
+	})
+}
+
+// Once the quarantine has passed, the restarted node's vote counts again;
+// its counter is not trusted, so the token comes from every trusted node's
+// counter and still exceeds the last holder's; the acquisition then vouches
+// for every node.
+func TestAmnesiaGuard_QuarantineEndsAndCounterIsRepaired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c, b, a := amnesiaSetUp(t, redlock.WithQuarantine(time.Minute))
+		require.NoError(t, a.Release(ctx))
+
+		// Only nodes 1 and 2 are trusted: no majority to vouch for the rest.
+		_, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+
+		time.Sleep(time.Minute)
+		l, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Greater(t, l.Token(), a.Token())
+		synctest.Wait()
+		for i, nd := range c.nodes {
+			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
+		}
+	})
+}
+
+func TestWithQuarantine_Negative(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rc.Close()
+	_, err := redlock.New([]redis.UniversalClient{rc}, redlock.WithQuarantine(-time.Second))
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "quarantine")
+}
+
+// Inspect shows each node's epoch: trusted after a guarded acquisition,
+// absent on a node that lost its data.
+func TestInspect_ShowsEpochs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		c.nodes[1].m.FlushAll()
+		states, err := c.rl.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.True(t, states[0].Trusted)
+		assert.Equal(t, time.Second, states[0].EpochAge)
+		assert.False(t, states[1].Trusted)
+		assert.Equal(t, time.Duration(-1), states[1].EpochAge)
+		require.NoError(t, l.Release(ctx))
+	})
+}
