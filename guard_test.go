@@ -179,3 +179,48 @@ func TestInspect_ShowsEpochs(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	})
 }
+
+// On a key's first use with a node down, only the nodes that answered are
+// counted as granted; the dead node keeps its own outcome.
+func TestAmnesiaGuard_FirstUseDoesNotCountDeadNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.nodes[2].Refuse()
+		l, err := c.rl.TryAcquire(context.Background(), "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeGranted, redlock.OutcomeUnreachable}, outcomes(l.Nodes()))
+	})
+}
+
+// A release that reaches a node before the acquisition's write-back still
+// vouches for it, so the node is not left quarantined.
+func TestAmnesiaGuard_ReleaseVouchesWhereWriteBackIsLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		// Node 2 gets the write-back (the only call whose last argument is
+		// the vouch flag "1") 50 ms late: the release overtakes it there.
+		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			return cmd == "EVALSHA" && len(args) == 8 && args[7] == "1"
+		})
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		synctest.Wait()
+		time.Sleep(time.Second)
+		for i, nd := range c.nodes {
+			assert.False(t, nd.Has("report"), "node %d", i)
+			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
+		}
+	})
+}
+
+func TestAcquire_KeyWithBracesButNoHashTag(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 1)
+		_, err := c.rl.TryAcquire(context.Background(), "a}b", time.Second)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "hash tag")
+		c.requireNoKey(t, "a}b")
+	})
+}

@@ -76,3 +76,14 @@ func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
 
 var _ redis.Error = redisErr("")
+
+// A key whose braces form no hash tag cannot have its counter and epoch in
+// its own cluster slot: it is refused rather than split across slots.
+func TestCheckKeyName(t *testing.T) {
+	for _, ok := range []string{"report", "lock:report:{42}", "{a}b}", "x{y}z"} {
+		assert.NoError(t, checkKeyName(ok), ok)
+	}
+	for _, bad := range []string{"a}b", "lock:{}", "lock:{unterminated", "}{"} {
+		assert.ErrorIs(t, checkKeyName(bad), ErrInvalidArgument, bad)
+	}
+}

@@ -483,6 +483,10 @@ type Lock struct {
 	attempts   int
 	nodes      []NodeResult
 	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
+	// vouch: the acquisition vouched for nodes (amnesia guard), so Release
+	// repeats the write-back where it deletes our key, in case it overtakes
+	// the write-back on a node.
+	vouch bool
 	// released is set before Release sends its deletes, and shared by the
 	// handles Extend derives: a node whose grant arrives after that (a
 	// straggler of the acquisition) is released by the late-reply path.
@@ -586,6 +590,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		return nil, err
 	}
 	name := cfg.prefix + key
+	if err := checkKeyName(name); err != nil {
+		return nil, err
+	}
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
@@ -711,12 +718,14 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	}
 	if acq.brandNew() {
 		// First use of the key: no node has any history it could have
-		// forgotten, so every vote counts.
+		// forgotten, so every fresh vote counts.
 		for i := range acq.results {
-			acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0
-			acq.epochs[i] = epochTrusted
+			if acq.results[i].Outcome == OutcomeQuarantined && acq.epochs[i] == epochNew {
+				acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0
+				acq.epochs[i] = epochTrusted
+				acq.granted++
+			}
 		}
-		acq.granted = len(acq.results)
 	}
 	ok := acq.granted >= c.quorum
 	if ok && cfg.fencing {
@@ -768,7 +777,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok {
 		state.Store(succeeded)
 		return &Lock{
-			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token, ttl: ttl,
+			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token, vouch: repair && quarantine > 0, ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
 			nodes: acq.results, released: released,
 		}, nil, waitAll
@@ -861,6 +870,10 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		l.released.Store(true)
 	}
 	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		if l.vouch {
+			code, err := releaseVouchScript.Run(ctx, n.client, l.keys, l.owner, strconv.FormatUint(l.token, 10)).Int64()
+			return reply{code: code, err: err}
+		}
 		return c.releaseOp(ctx, n, l.keys, l.owner)
 	}, nil)
 	wait()
@@ -955,12 +968,28 @@ func epochKey(name string) string { return slotKey(name, ":epoch") }
 // slotKey appends suffix to name so that the result shares name's Redis
 // Cluster hash slot: the slot of a key without a hash tag is that of the
 // whole key, so it becomes the tag ("{name}suffix"); a key that has a tag
-// keeps it ("namesuffix").
+// keeps it ("namesuffix"). checkKeyName rejects the names for which neither
+// works.
 func slotKey(name, suffix string) string {
-	if open := strings.IndexByte(name, '{'); open >= 0 {
-		if end := strings.IndexByte(name[open+1:], '}'); end > 0 {
-			return name + suffix
-		}
+	if hasHashTag(name) {
+		return name + suffix
 	}
 	return "{" + name + "}" + suffix
+}
+
+// hasHashTag reports whether name has a Redis Cluster hash tag: a "{"
+// followed, later, by a "}" with at least one byte between them.
+func hasHashTag(name string) bool {
+	open := strings.IndexByte(name, '{')
+	return open >= 0 && strings.IndexByte(name[open+1:], '}') > 0
+}
+
+// checkKeyName rejects a lock key (prefix included) whose fencing counter
+// and epoch could not share its Redis Cluster slot: one with a brace but no
+// valid hash tag, such as "a}b" or "a{}b".
+func checkKeyName(name string) error {
+	if !hasHashTag(name) && strings.ContainsAny(name, "{}") {
+		return fmt.Errorf("%w: key %q has a brace but no hash tag (\"{tag}\"): its fencing counter could not share its cluster slot", ErrInvalidArgument, name)
+	}
+	return nil
 }

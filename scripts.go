@@ -121,6 +121,25 @@ if v then return -1 end
 return 0
 `)
 
+// releaseVouchScript is releaseScript for a lock whose acquisition vouched
+// for nodes (amnesia guard): where it deletes our key it also does the
+// write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
+// release may reach a node before the acquisition's write-back did.
+var releaseVouchScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if c < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[2], ARGV[2])
+  end
+  redis.call('HSET', KEYS[3], 'trusted', '1')
+  return 1
+end
+if v then return -1 end
+return 0
+`)
+
 // extendScript resets the lock key's TTL to ARGV[2] milliseconds if ARGV[1] is
 // its owner value. It never creates the key: an expired lock stays expired.
 var extendScript = redis.NewScript(`
