@@ -35,11 +35,16 @@ func Catalogue() []Scenario {
 		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}},
 	}
 	afterA := &Trigger{Client: 0, Nth: 1}
-	// While the minority tail is down, A's quorum is exactly the other
-	// nodes; bringing the tail back empty right after A acquired gives B
-	// a path to a quorum through any one of A's nodes that misbehaves.
-	tailDown := Fault{Nodes: NodeSet{Pick: PickMinorityTail}, Action: Kill}
-	tailBackEmpty := Fault{On: afterA, Nodes: NodeSet{Pick: PickMinorityTail}, Action: Amnesia}
+	// While the minority tail is cut off, A's quorum is exactly the other
+	// nodes; healing the tail right after A acquired gives B a path to a
+	// quorum through any one of A's nodes that misbehaves.
+	tailCut := Fault{Nodes: NodeSet{Pick: PickMinorityTail}, Action: Partition}
+	tailBack := Fault{On: afterA, Nodes: NodeSet{Pick: PickMinorityTail}, Action: HealNetworkAct}
+	guarded := holderAndRival
+	guarded.Quarantine = time.Minute
+	amnesiaFaults := []Fault{tailCut, tailBack, {On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 1}, Action: Amnesia}}
+	churn := loop(6)
+	churn.Quarantine = time.Minute
 
 	return []Scenario{
 		{
@@ -112,31 +117,47 @@ func Catalogue() []Scenario {
 			Duration: 3 * catalogueTTL, Availability: Available,
 		},
 		{
-			Name: "amnesia-restart", Summary: "a node in the holder's quorum restarts without its data",
-			Expect: Unsafe, Why: "the restarted node grants the key again and, with the nodes that were down, forms a second quorum (no amnesia guard yet); its fencing counter is lost too, so tokens may repeat",
+			Name: "amnesia-unguarded", Summary: "a node in the holder's quorum restarts without its data; amnesia guard off",
+			Expect: Unsafe, Why: "the restarted node grants the key again and, with the nodes that were cut off, forms a second quorum; its fencing counter is lost too, so tokens may repeat",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3, FencingBreaks: true,
-			Faults: []Fault{tailDown, tailBackEmpty,
-				{On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 1}, Action: Amnesia}},
+			Faults: amnesiaFaults,
+		},
+		{
+			Name: "amnesia-guarded", Summary: "the same restart without data, with the amnesia guard on (1 min quarantine)",
+			Expect: Safe, Why: "the restarted node's epoch for the key is gone, so its vote is quarantined until a trusted majority vouches for it; the rival waits for the holder's release",
+			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
+			Faults: amnesiaFaults,
+		},
+		{
+			Name: "churn-guarded", Summary: "6 clients while random minorities are killed and brought back, and single nodes restart without data; guard on",
+			Expect: Safe, Why: "the guard quarantines every node that lost the key's history and tokens come only from trusted counters, so tokens keep increasing in holder order",
+			Workload: churn, Duration: 2 * trialLength, Availability: Available, MinNodes: 3,
+			Faults: []Fault{
+				{At: trialLength / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill, For: trialLength / 3},
+				{At: trialLength * 4 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: Amnesia},
+				{At: trialLength * 6 / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill, For: trialLength / 3},
+				{At: trialLength * 8 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: Amnesia},
+			},
 		},
 		{
 			Name: "clock-jump", Summary: fmt.Sprintf("a node in the holder's quorum jumps its clock %v forward", scriptedTTL),
 			Expect: Unsafe, Why: "the key expires early on that node; the drift allowance only covers slow drift, not steps",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailDown, tailBackEmpty,
+			Faults: []Fault{tailCut, tailBack,
 				{On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 1}, Action: JumpClock, Amount: scriptedTTL}},
 		},
 		{
 			Name: "clock-fast", Summary: "a node in the holder's quorum runs its clock 3× fast",
 			Expect: Unsafe, Why: "the key expires after a third of the TTL on that node; 200% drift is far beyond the 1% drift factor",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailDown, tailBackEmpty,
+			Faults: []Fault{tailCut, tailBack,
 				{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0}}, Action: ClockRate, Rate: 3}},
 		},
 		{
 			Name: "clock-drift-in-budget", Summary: "a node in the holder's quorum runs its clock 0.4% fast, within the 1% drift factor",
 			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock before that node frees the key",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailDown, tailBackEmpty,
+			Faults: []Fault{tailCut, tailBack,
 				{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0}}, Action: ClockRate, Rate: 1.004}},
 		},
 	}

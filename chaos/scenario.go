@@ -346,8 +346,9 @@ func newInjector(cluster *Cluster, o *Oracle, seed uint64) *injector {
 }
 
 type bandKey struct {
-	node int
-	what string
+	node    int
+	what    string
+	network bool // a proxy fault that HealNetwork clears
 }
 
 func (inj *injector) firstErr() error {
@@ -494,6 +495,7 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 			label = "partitioned"
 		case HealNetworkAct:
 			node.HealNetwork()
+			inj.closeNetworkBands(i, now)
 			band = false
 		case JumpClock:
 			err = node.JumpClock(f.Amount)
@@ -511,8 +513,9 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 			return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
 		}
 		if band {
+			network := f.Action != Kill && f.Action != ClockRate
 			inj.mu.Lock()
-			inj.open[bandKey{i, label}] = now
+			inj.open[bandKey{i, label, network}] = now
 			inj.mu.Unlock()
 		} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
 			inj.oracle.Fault(i, label, now, now)
@@ -539,12 +542,24 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 	return nil
 }
 
+// closeNetworkBands closes node's open network-fault bands (HealNetwork
+// clears them all at once).
+func (inj *injector) closeNetworkBands(node int, at time.Time) {
+	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.network })
+}
+
+// closeBand closes node's open band labelled what.
 func (inj *injector) closeBand(node int, what string, at time.Time) {
+	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.what == what })
+}
+
+func (inj *injector) closeBands(at time.Time, match func(bandKey) bool) {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
-	k := bandKey{node, what}
-	if from, ok := inj.open[k]; ok {
-		inj.oracle.Fault(node, what, from, at)
-		delete(inj.open, k)
+	for k, from := range inj.open {
+		if match(k) {
+			inj.oracle.Fault(k.node, k.what, from, at)
+			delete(inj.open, k)
+		}
 	}
 }

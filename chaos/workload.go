@@ -37,6 +37,9 @@ type Workload struct {
 	// NoFencing runs the clients without fencing tokens: every token is 0,
 	// so the fenced resource cannot tell holders apart.
 	NoFencing bool
+	// Quarantine turns the clients' amnesia guard on (redlock.WithQuarantine);
+	// 0 leaves it off.
+	Quarantine time.Duration
 }
 
 // Pause describes a process pause (a stop-the-world GC, a VM migration) of
@@ -73,12 +76,16 @@ type Resources struct {
 // connections with one acquire and release of a key of its own, so that the
 // trial measures the lock, not the first dials (a dial must fit in the
 // per-node timeout, and go-redis pauses dialing a node for a second after
-// repeated dial failures). Call it before any fault is applied.
+// repeated dial failures). Client 0 warms up on the workload's key itself:
+// the key then has a history on every node (a fencing counter, and with the
+// amnesia guard a trusted epoch), as a key in production use would. Call it
+// before any fault is applied.
 func (w Workload) connect(ctx context.Context, cluster *Cluster) ([]*redlock.Client, error) {
 	if w.Clients < 1 {
 		return nil, fmt.Errorf("chaos: workload needs at least one client, got %d", w.Clients)
 	}
-	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), redlock.WithRetry(redlock.ExponentialRetry(2*time.Millisecond, 20*time.Millisecond, 0))}
+	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), redlock.WithQuarantine(w.Quarantine),
+		redlock.WithRetry(redlock.ExponentialRetry(2*time.Millisecond, 20*time.Millisecond, 0))}
 	if w.NodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(w.NodeTimeout))
 	}
@@ -95,6 +102,9 @@ func (w Workload) connect(ctx context.Context, cluster *Cluster) ([]*redlock.Cli
 	for i, c := range clients {
 		wg.Go(func() {
 			key := fmt.Sprintf("%s:warmup:%d", w.key(), i)
+			if i == 0 {
+				key = w.key()
+			}
 			if l, err := c.TryAcquire(ctx, key, 2*time.Second, redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)); err == nil {
 				_ = l.Release(ctx)
 			}

@@ -37,7 +37,8 @@ const chaosHelp = `Usage: redlock chaos [flags]
 
 Runs failure-mode scenarios against a Redlock cluster and prints, for each,
 how many locks were taken, how many times two holders overlapped, how many
-stale writes a plain and a fenced resource accepted, the acquire latency, and
+stale writes a plain and a fenced resource accepted, whether fencing tokens
+rose in the order the holders held the lock, the acquire latency, and
 the expected and observed verdicts. Exits 1 if any observed verdict differs
 from the expected one.
 
@@ -223,18 +224,22 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // printTable prints one row per scenario.
 func printTable(w io.Writer, results []chaos.Result, seed uint64) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tP50\tP99\tEXPECTED\tOBSERVED\t")
+	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED\t")
 	for _, r := range results {
 		observed := string(r.Observed)
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t%s\tskipped\t\n", r.Scenario, r.Backend, r.Expect)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\tskipped\t\n", r.Scenario, r.Backend, r.Expect)
 			continue
 		}
 		if !r.Match() {
 			observed += "  << MISMATCH"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
-			r.Violations, r.StalePlain, r.StaleFenced, fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
+		order := "ok"
+		if r.TokenOrder > 0 {
+			order = fmt.Sprintf("%d out", r.TokenOrder)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
+			r.Violations, r.StalePlain, r.StaleFenced, order, fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "seed %d\n", seed)
