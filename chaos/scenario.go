@@ -198,8 +198,9 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
 		}
 		if progress != nil {
-			progress(fmt.Sprintf("%-26s trial %d/%d seed %d: %s (%d acquisitions, %d violations, stale plain/fenced %d/%d)",
-				s.Name, trial+1, trials, tseed, v, rep.Acquisitions, rep.Violations, rep.StaleWritesPlain, rep.StaleWritesFenced))
+			progress(fmt.Sprintf("%-26s trial %d/%d seed %d: %s (%s, %s, stale plain/fenced %d/%d)",
+				s.Name, trial+1, trials, tseed, v, count(rep.Acquisitions, "acquisition"), count(rep.Violations, "violation"),
+				rep.StaleWritesPlain, rep.StaleWritesFenced))
 		}
 	}
 	// The run's verdict: broken beats everything; an expected-unsafe
@@ -219,6 +220,14 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 	}
 	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
 	return res, nil
+}
+
+// count says "1 violation", "2 violations".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // judge gives one trial's verdict and the reasons for a Broken one.

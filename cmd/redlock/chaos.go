@@ -107,7 +107,7 @@ func parseChaosFlags(args []string, stderr io.Writer) (chaosFlags, error) {
 		return f, fmt.Errorf("--trials %d: need at least 1 trial", f.trials)
 	}
 	if _, err := chaos.ParseBackend(f.backend); err != nil {
-		return f, err
+		return f, fmt.Errorf("--backend %q: want %s or %s", f.backend, chaos.InProcess, chaos.RedisServer)
 	}
 	return f, nil
 }

@@ -309,15 +309,18 @@ func acquireForExec(ctx context.Context, client *redlock.Client, f execFlags, si
 	if err == nil {
 		return lock, 0
 	}
-	fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 	switch {
 	case errors.Is(err, redlock.ErrInvalidArgument):
+		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return nil, exitUsage
 	case busy(err), ctx.Err() != nil:
+		fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
 		return nil, f.busyExit
 	case errors.Is(err, redlock.ErrNotAcquired):
+		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock: %v\n", err)
 		return nil, exitUnavailable
 	}
+	fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 	return nil, exitSoftware
 }
 
