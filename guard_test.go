@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -222,5 +223,28 @@ func TestAcquire_KeyWithBracesButNoHashTag(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "hash tag")
 		c.requireNoKey(t, "a}b")
+	})
+}
+
+// Close may run while other goroutines acquire and release: no panic, no
+// leak, and every call ends with a lock or an error.
+func TestClose_ConcurrentWithAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		ctx := context.Background()
+		done := make(chan struct{})
+		for i := range 8 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("k%d", i), time.Second)
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+			}()
+		}
+		require.NoError(t, c.rl.Close())
+		for range 8 {
+			<-done
+		}
 	})
 }

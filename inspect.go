@@ -63,8 +63,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 	}
 	states := make([]NodeState, len(c.nodes))
 	var wg sync.WaitGroup
-	c.inflight.Add(1)
-	defer c.inflight.Done()
+	defer c.track()()
 	for i, n := range c.nodes {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)

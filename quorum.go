@@ -155,7 +155,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 
 	nodeCtx, cancel := context.WithTimeout(ctx, timeout)
 	var g errgroup.Group
-	c.inflight.Add(1)
+	untrack := c.track()
 	for i, nd := range c.nodes {
 		g.Go(func() error {
 			start := time.Now()
@@ -171,7 +171,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 	// time would then stop while a node call sleeps on it.)
 	done := make(chan struct{})
 	go func() {
-		defer c.inflight.Done()
+		defer untrack()
 		_ = g.Wait()
 		cancel()
 		close(done)

@@ -277,6 +277,23 @@ type Client struct {
 	cfg      config
 	inflight sync.WaitGroup
 	closed   atomic.Bool
+	// closeMu orders track's Add against Close's Wait (a WaitGroup must not
+	// be added to while a Wait that saw zero is returning).
+	closeMu sync.RWMutex
+}
+
+// track counts one more operation in flight, so that Close waits for it, and
+// returns the function to call when it ends. Once Close has begun it counts
+// nothing: Close no longer waits, and the operation's node calls fail fast
+// on the closed connections (or run on the caller's own clients).
+func (c *Client) track() (done func()) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed.Load() {
+		return func() {}
+	}
+	c.inflight.Add(1)
+	return c.inflight.Done
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -455,7 +472,10 @@ func (c *Client) Quorum() int { return c.quorum }
 // timeout) and closes the connections that Dial opened. Clients passed to New
 // are left open. Later calls return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
+	c.closeMu.Lock()
+	already := c.closed.Swap(true)
+	c.closeMu.Unlock()
+	if already {
 		return nil
 	}
 	c.inflight.Wait()
