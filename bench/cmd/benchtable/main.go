@@ -1,0 +1,342 @@
+// Command benchtable reads the output of `go test -bench` in bench/ on
+// stdin and prints, in Markdown, one table per case, the ratios between
+// libraries computed within that run, and each target of issue 6 marked met
+// or missed. Lines it does not recognise (headers, logs) are ignored, except
+// "# " lines (the run's metadata written by run.sh), which are copied.
+//
+//	go run ./cmd/benchtable -node-timeout 100ms < results/run.txt
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one benchmark result line.
+type row struct {
+	name string // without "Benchmark" and the -GOMAXPROCS suffix
+	n    int64
+	m    map[string]float64 // unit -> value
+}
+
+var lineRE = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+(\d+)\s+(.*)$`)
+
+func parse(r io.Reader, meta io.Writer) ([]row, error) {
+	var rows []row
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "# ") {
+			fmt.Fprintln(meta, line[2:]+"  ")
+			continue
+		}
+		g := lineRE.FindStringSubmatch(line)
+		if g == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(g[3], 10, 64)
+		f := strings.Fields(g[4])
+		rw := row{name: g[1], n: n, m: map[string]float64{}}
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			rw.m[f[i+1]] = v
+		}
+		rows = append(rows, rw)
+	}
+	return rows, sc.Err()
+}
+
+// columns in display order: unit, header.
+var columns = [][2]string{
+	{"ns/op", "ns/op"},
+	{"p50-us", "p50 µs"},
+	{"p99-us", "p99 µs"},
+	{"acq-p50-us", "acquire p50 µs"},
+	{"rel-p50-us", "release p50 µs"},
+	{"ops/s", "ops/s"},
+	{"worst-ms", "worst op ms"},
+	{"worst-acq-ms", "worst acquire ms"},
+	{"worst-rel-ms", "worst release ms"},
+	{"acq/s", "acq/s"},
+	{"wait-p50-ms", "wait p50 ms"},
+	{"wait-p99-ms", "wait p99 ms"},
+	{"wait-max-ms", "wait max ms"},
+	{"fairness", "fairness"},
+	{"attempts/acq", "attempts/acq"},
+	{"overlaps", "overlaps"},
+	{"cut-off", "waiting at end"},
+	{"cmds/op", "node cmds/op (incl. in scripts)"},
+	{"cpu-us/op", "client CPU µs/op"},
+	{"stall-ms", "process stall ms"},
+	{"allocs/op", "allocs/op"},
+	{"B/op", "B/op"},
+	{"fails", "fails"},
+	{"stale-keys", "stale keys"},
+	{"lost-node-keys", "keys on lost node"},
+}
+
+func num(v float64) string {
+	a := v
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func tables(w io.Writer, rows []row) {
+	var cases []string
+	byCase := map[string][]row{}
+	for _, r := range rows {
+		c, _, _ := strings.Cut(r.name, "/")
+		if _, ok := byCase[c]; !ok {
+			cases = append(cases, c)
+		}
+		byCase[c] = append(byCase[c], r)
+	}
+	for _, c := range cases {
+		rs := byCase[c]
+		var cols [][2]string
+		for _, col := range columns {
+			for _, r := range rs {
+				if _, ok := r.m[col[0]]; ok {
+					cols = append(cols, col)
+					break
+				}
+			}
+		}
+		fmt.Fprintf(w, "\n### %s\n\n| variant | runs |", c)
+		for _, col := range cols {
+			fmt.Fprintf(w, " %s |", col[1])
+		}
+		fmt.Fprint(w, "\n| --- | ---: |")
+		for range cols {
+			fmt.Fprint(w, " ---: |")
+		}
+		fmt.Fprintln(w)
+		for _, r := range rs {
+			_, v, _ := strings.Cut(r.name, "/")
+			fmt.Fprintf(w, "| %s | %d |", v, r.n)
+			for _, col := range cols {
+				if x, ok := r.m[col[0]]; ok {
+					fmt.Fprintf(w, " %s |", num(x))
+				} else {
+					fmt.Fprint(w, " |")
+				}
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// checker looks results up and prints ratios and verdicts.
+type checker struct {
+	w      io.Writer
+	rows   map[string]row
+	missed int
+	met    int
+	absent int
+}
+
+func (c *checker) get(name, unit string) (float64, bool) {
+	r, ok := c.rows[name]
+	if !ok {
+		return 0, false
+	}
+	v, ok := r.m[unit]
+	return v, ok
+}
+
+// ratio prints a/b for two results and returns it (NaN-free: ok false when
+// either is missing).
+func (c *checker) ratio(what, an, au, bn, bu string) (float64, bool) {
+	a, ok1 := c.get(an, au)
+	b, ok2 := c.get(bn, bu)
+	if !ok1 || !ok2 || b == 0 {
+		fmt.Fprintf(c.w, "| %s | n/a | |\n", what)
+		return 0, false
+	}
+	r := a / b
+	fmt.Fprintf(c.w, "| %s | %s / %s | %.2f |\n", what, num(a), num(b), r)
+	return r, true
+}
+
+// skip records a target whose figures are not in this run.
+func (c *checker) skip(target string) {
+	c.absent++
+	fmt.Fprintf(c.w, "| %s | not in this run | n/a |\n", target)
+}
+
+func (c *checker) verdict(target string, ok bool, figure string) {
+	v := "**missed**"
+	if ok {
+		v = "met"
+		c.met++
+	} else {
+		c.missed++
+	}
+	fmt.Fprintf(c.w, "| %s | %s | %s |\n", target, figure, v)
+}
+
+func main() {
+	nodeTimeout := flag.Duration("node-timeout", 100*time.Millisecond, "the per-node timeout the benchmarks used")
+	flag.Parse()
+	rows, err := parse(os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark lines on stdin")
+		os.Exit(1)
+	}
+	w := os.Stdout
+	tables(w, rows)
+
+	c := &checker{w: w, rows: map[string]row{}}
+	for _, r := range rows {
+		c.rows[r.name] = r
+	}
+	const c1, c2, c3r, c3b, c5 = "C1Uncontended/", "C2SlowNode/", "C3RefusingNode/", "C3BlackholedNode/", "C5Contention/"
+
+	fmt.Fprint(w, "\n### Ratios (this run)\n\n| ratio | figures | value |\n| --- | --- | ---: |\n")
+	type rr struct {
+		what   string
+		an, au string
+		bn, bu string
+	}
+	ratios := []rr{
+		{"C1 p50: ours / floor", c1 + "ours", "p50-us", c1 + "floor", "p50-us"},
+		{"C1 p50: ours-nofence / floor", c1 + "ours-nofence", "p50-us", c1 + "floor", "p50-us"},
+		{"C1 p50: ours / redsync-tuned", c1 + "ours", "p50-us", c1 + "redsync-tuned", "p50-us"},
+		{"C1 p50: ours-nofence / redsync-tuned", c1 + "ours-nofence", "p50-us", c1 + "redsync-tuned", "p50-us"},
+		{"C1 p50: ours / redsync-default", c1 + "ours", "p50-us", c1 + "redsync-default", "p50-us"},
+		{"C1 p50: redsync-tuned / floor", c1 + "redsync-tuned", "p50-us", c1 + "floor", "p50-us"},
+		{"C1 p50: ours / redislock-1node", c1 + "ours", "p50-us", c1 + "redislock-1node", "p50-us"},
+		{"C2 p50: ours slow node / ours no fault (control)", c2 + "ours", "p50-us", c2 + "ours-nofault", "p50-us"},
+		{"C2 acquire p50: ours slow node / ours no fault (control)", c2 + "ours", "acq-p50-us", c2 + "ours-nofault", "acq-p50-us"},
+		{"C2 p50: ours slow node / ours C1", c2 + "ours", "p50-us", c1 + "ours", "p50-us"},
+		{"C2 p50: ours / redsync-default", c2 + "ours", "p50-us", c2 + "redsync-default", "p50-us"},
+		{"C2 p50: ours / redsync-tuned", c2 + "ours", "p50-us", c2 + "redsync-tuned", "p50-us"},
+		{"C3 p50: ours refusing node / ours no fault (control)", c3r + "ours", "p50-us", c3r + "ours-nofault", "p50-us"},
+		{"C3 acquire p50: ours refusing node / ours no fault (control)", c3r + "ours", "acq-p50-us", c3r + "ours-nofault", "acq-p50-us"},
+		{"C3 p50: ours refusing node / ours C1", c3r + "ours", "p50-us", c1 + "ours", "p50-us"},
+		{"C3 p50: ours refusing / redsync-default", c3r + "ours", "p50-us", c3r + "redsync-default", "p50-us"},
+		{"C3 p50: ours blackholed node / ours no fault (control)", c3b + "ours", "p50-us", c3b + "ours-nofault", "p50-us"},
+		{"C3 acquire p50: ours blackholed node / ours no fault (control)", c3b + "ours", "acq-p50-us", c3b + "ours-nofault", "acq-p50-us"},
+		{"C3 p50: ours blackholed node / ours C1", c3b + "ours", "p50-us", c1 + "ours", "p50-us"},
+		{"C3 p50: ours blackholed / redsync-default", c3b + "ours", "p50-us", c3b + "redsync-default", "p50-us"},
+		{"C3 p50: ours blackholed / redsync-tuned", c3b + "ours", "p50-us", c3b + "redsync-tuned", "p50-us"},
+		{"C5 acq/s: ours / redsync-tuned", c5 + "ours", "acq/s", c5 + "redsync-tuned", "acq/s"},
+		{"C5 acq/s: ours / redsync-default", c5 + "ours", "acq/s", c5 + "redsync-default", "acq/s"},
+		{"C5 wait p99: ours / redsync-tuned", c5 + "ours", "wait-p99-ms", c5 + "redsync-tuned", "wait-p99-ms"},
+		{"C5 wait p99: ours / redsync-default", c5 + "ours", "wait-p99-ms", c5 + "redsync-default", "wait-p99-ms"},
+		{"C6 ops/s: ours / floor", "C6Parallel/ours", "ops/s", "C6Parallel/floor", "ops/s"},
+		{"C6 ops/s: ours / redsync-tuned", "C6Parallel/ours", "ops/s", "C6Parallel/redsync-tuned", "ops/s"},
+		{"C6 ops/s: ours / redsync-default", "C6Parallel/ours", "ops/s", "C6Parallel/redsync-default", "ops/s"},
+		{"C7 p50: ours N=9 / ours N=1", "C7Nodes/N=9/ours", "p50-us", "C7Nodes/N=1/ours", "p50-us"},
+		{"C7 p50: floor N=9 / floor N=1", "C7Nodes/N=9/floor", "p50-us", "C7Nodes/N=1/floor", "p50-us"},
+		{"C7 p50: ours / ours-nofence, N=5", "C7Nodes/N=5/ours", "p50-us", "C7Nodes/N=5/ours-nofence", "p50-us"},
+	}
+	for _, n := range []int{1, 3, 5, 7, 9} {
+		ratios = append(ratios, rr{fmt.Sprintf("C7 p50: ours / floor, N=%d", n),
+			fmt.Sprintf("C7Nodes/N=%d/ours", n), "p50-us", fmt.Sprintf("C7Nodes/N=%d/floor", n), "p50-us"})
+	}
+	for _, r := range ratios {
+		c.ratio(r.what, r.an, r.au, r.bn, r.bu)
+	}
+
+	fmt.Fprint(w, "\n### Targets (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
+	ratioTarget := func(target, an, au, bn, bu string, ok func(float64) bool) {
+		a, ok1 := c.get(an, au)
+		b, ok2 := c.get(bn, bu)
+		if !ok1 || !ok2 || b == 0 {
+			c.skip(target)
+			return
+		}
+		c.verdict(target, ok(a/b), fmt.Sprintf("%s / %s = %.2f", num(a), num(b), a/b))
+	}
+	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+	for _, v := range []string{"ours", "ours-nofence"} {
+		ratioTarget("C1 "+v+" p50 ≤ 1.05 × floor", c1+v, "p50-us", c1+"floor", "p50-us", le(1.05))
+		ratioTarget("C1 "+v+" p50 ≤ 0.9 × redsync-tuned", c1+v, "p50-us", c1+"redsync-tuned", "p50-us", le(0.9))
+		ratioTarget("C1 "+v+" p50 ≤ 0.9 × redsync-default", c1+v, "p50-us", c1+"redsync-default", "p50-us", le(0.9))
+		if a, ok := c.get(c1+v, "allocs/op"); ok {
+			c.verdict("C1 "+v+" allocs/op ≤ 90", a <= 90, num(a))
+		} else {
+			c.skip("C1 " + v + " allocs/op ≤ 90")
+		}
+	}
+	for _, f := range []struct{ what, name string }{{"slow (5 ms)", c2}, {"refusing", c3r}, {"blackholed", c3b}} {
+		ratioTarget("ours p50 with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
+		ratioTarget("(acquire only) ours acquire p50 with one "+f.what+" node ≤ 1.2 × without (control)", f.name+"ours", "acq-p50-us", f.name+"ours-nofault", "acq-p50-us", le(1.2))
+	}
+	limit := float64(*nodeTimeout+time.Millisecond) / float64(time.Millisecond)
+	for _, mode := range []string{"process", "host"} {
+		name := "C4NodeKilled/" + mode + "/ours"
+		for _, u := range []struct{ unit, what string }{{"worst-ms", "operation"}, {"worst-acq-ms", "acquire"}, {"worst-rel-ms", "release"}} {
+			if x, ok := c.get(name, u.unit); ok {
+				c.verdict(fmt.Sprintf("node killed (%s): worst %s ≤ %v + 1 ms", mode, u.what, *nodeTimeout), x <= limit, num(x)+" ms")
+			} else {
+				c.skip(fmt.Sprintf("node killed (%s): worst %s", mode, u.what))
+			}
+		}
+	}
+	for _, rs := range []string{"redsync-tuned", "redsync-default"} {
+		ratioTarget("C5 acq/s ≥ 1.5 × "+rs, c5+"ours", "acq/s", c5+rs, "acq/s", ge(1.5))
+		ratioTarget("C5 wait p99 ≤ 0.1 × "+rs, c5+"ours", "wait-p99-ms", c5+rs, "wait-p99-ms", le(0.1))
+	}
+	if x, ok := c.get(c5+"ours", "fairness"); ok {
+		c.verdict("C5 fairness ≥ 0.7", x >= 0.7, num(x))
+	} else {
+		c.skip("C5 fairness ≥ 0.7")
+	}
+	var staleOurs, staleOthers []string
+	for _, r := range rows {
+		if s := r.m["stale-keys"]; s > 0 {
+			item := fmt.Sprintf("%s: %s", r.name, num(s))
+			if strings.Contains(r.name, "/ours") {
+				staleOurs = append(staleOurs, item)
+			} else {
+				staleOthers = append(staleOthers, item)
+			}
+		}
+	}
+	if len(staleOurs) == 0 {
+		c.verdict("0 stale keys after every case (ours)", true, "0 in every case")
+	} else {
+		c.verdict("0 stale keys after every case (ours)", false, strings.Join(staleOurs, "; "))
+	}
+	fmt.Fprintf(w, "\n%d targets met, %d missed", c.met, c.missed)
+	if c.absent > 0 {
+		fmt.Fprintf(w, ", %d not in this run", c.absent)
+	}
+	fmt.Fprintln(w, ".")
+	if len(staleOthers) > 0 {
+		slices.Sort(staleOthers)
+		fmt.Fprintf(w, "\nStale keys left by other libraries: %s.\n", strings.Join(staleOthers, "; "))
+	}
+}

@@ -1,0 +1,21 @@
+module github.com/d3b93e30/redlock/bench
+
+go 1.26.0
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/d3b93e30/redlock v0.0.0
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/d3b93e30/redlock => ../
