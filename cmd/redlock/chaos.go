@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -267,7 +266,7 @@ func writeTimeline(dir string, s chaos.Scenario, res chaos.Result, backend chaos
 	if err != nil {
 		return err
 	}
-	title := fmt.Sprintf("%s (%s, trial %d, expect %s): %s", s.Name, backend, pick+1, s.Expect, strings.TrimSpace(s.Summary))
+	title := fmt.Sprintf("%s (%s, trial %d, expect %s)", s.Name, backend, pick+1, s.Expect)
 	if err := chaos.WriteSVG(out, title, res.Histories[pick]); err != nil {
 		out.Close()
 		return err
