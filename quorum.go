@@ -87,24 +87,7 @@ type tally struct {
 	// epoch just now; others counts every other answer (errors aside).
 	fresh, others int
 	need          int
-	// gone counts nodes where our key is not (any more): released, not
-	// held or taken (voteGone).
-	gone int
 }
-
-// voteMode says when a vote is decided.
-type voteMode int
-
-const (
-	// voteQuorum: as soon as `need` nodes applied the operation, or that
-	// became impossible.
-	voteQuorum voteMode = iota
-	// voteAll: when every node answered or timed out (clean-up, reads).
-	voteAll
-	// voteGone: as soon as `need` nodes no longer hold our key, or that
-	// became impossible (Release).
-	voteGone
-)
 
 // brandNew reports whether the key is new to the cluster: at least a
 // majority of nodes answered, every answer said the key's epoch was created
@@ -136,15 +119,14 @@ type nodeOp func(ctx context.Context, n *node) reply
 // known: `need` nodes applied it, or so many refused or failed that `need`
 // can no longer be reached, or the per-node timeout or ctx ended (pending
 // nodes are then marked timed out or canceled). It does not wait for
-// stragglers, unless mode is voteAll: then it waits for every node's answer,
-// up to the per-node timeout (clean-up and reads want every node). Replies that arrive after the decision are passed to late, in
+// stragglers, unless all is true: then it waits for every node's answer, up
+// to the per-node timeout (release and clean-up want every node). Replies that arrive after the decision are passed to late, in
 // the goroutine that received them; late may be nil.
 //
 // The returned wait blocks until every node call of this vote has finished
 // (each is bounded by the per-node timeout) and every late callback has run.
 // The client's WaitGroup also tracks them, so Close waits for them too.
-func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, mode voteMode, op nodeOp, late func(reply)) (*tally, func()) {
-	all := mode == voteAll
+func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, func()) {
 	n := len(c.nodes)
 	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n), epochs: make([]int64, n), need: need}
 	for i, nd := range c.nodes {
@@ -210,10 +192,6 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, mode
 		}
 		t.counters[r.idx], t.epochs[r.idx] = r.counter, r.epoch
 		switch res.Outcome {
-		case OutcomeGranted, OutcomeNotHeld, OutcomeTaken:
-			t.gone++
-		}
-		switch res.Outcome {
 		case OutcomeGranted:
 			t.granted++
 		case OutcomeQuarantined:
@@ -237,13 +215,6 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, mode
 		possible := t.granted + (n - answered)
 		if t.others == 0 {
 			possible += t.fresh
-		}
-		if mode == voteGone {
-			// Release: a node counts once our key is not there any more,
-			// deleted now or already gone. Until one of them deleted our
-			// key, wait for the others: telling "released" from "was not
-			// held" needs a node that held it, or every node.
-			return (t.gone >= need && t.granted > 0) || answered == n || t.gone+(n-answered) < need
 		}
 		return t.granted >= need || answered == n || possible < need
 	}

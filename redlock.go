@@ -703,7 +703,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	}
 
 	start := time.Now()
-	acq, waitAcq := c.vote(ctx, timeout, c.quorum, voteQuorum, func(ctx context.Context, n *node) reply {
+	acq, waitAcq := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		res, err := acquireScript.Run(ctx, n.client, keys, owner, ttlMs, qMs).Int64Slice()
 		if err != nil {
 			return reply{err: err}
@@ -772,7 +772,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		if repair && quarantine > 0 {
 			trust = "1"
 		}
-		fence, waitFence := c.vote(ctx, timeout, c.quorum, voteQuorum, func(ctx context.Context, n *node) reply {
+		fence, waitFence := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 			code, err := fenceScript.Run(ctx, n.client, keys, owner, tok, trust).Int64()
 			return reply{code: code, err: err}
 		}, nil)
@@ -805,7 +805,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 
 	// Failed: release on every node, those that refused included.
 	state.Store(failed)
-	_, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), voteAll, func(ctx context.Context, n *node) reply {
+	_, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		return c.releaseOp(ctx, n, keys, owner)
 	}, nil)
 	waits = append(waits, waitRel)
@@ -822,7 +822,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 // highest among nodes whose epoch is trusted, or -1 when some node did not
 // answer. It waits for every node (up to the per-node timeout).
 func (c *Client) trustedCounters(ctx context.Context, timeout time.Duration, keys []string) (int64, func()) {
-	t, wait := c.vote(ctx, timeout, len(c.nodes), voteAll, func(ctx context.Context, n *node) reply {
+	t, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		res, err := counterScript.Run(ctx, n.client, keys).Int64Slice()
 		if err == nil && (len(res) != 2 || res[0] < 0) {
 			err = fmt.Errorf("redlock: unexpected counter reply %v", res)
@@ -856,20 +856,16 @@ func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner 
 }
 
 // Release deletes the lock key on every node where it still holds this
-// lock's owner value. It returns as soon as a majority of nodes confirmed the
-// key is no longer ours (deleted now, or already gone): another client can
-// then acquire it. The other nodes' deletes go on in the background, each
-// bounded by the per-node timeout, and Close waits for them; so one slow or
-// silent node does not slow every release. It runs even if ctx is already
-// canceled (a half-done release would leave keys until their TTL); ctx's
-// values are passed on.
+// lock's owner value, waiting for each node at most the per-node timeout. It
+// runs even if ctx is already canceled (a half-done release would leave keys
+// until their TTL); ctx's values are passed on.
 //
-// It returns nil when that majority confirmed and a node deleted our key; a
-// *QuorumError wrapping ErrNotHeld when no node that answered held it (the
-// lock had expired or was taken; Release then waits for every node, up to
-// the per-node timeout, before saying so); and one wrapping ErrNoQuorum when
-// fewer than a majority of nodes could be reached (the remaining keys expire
-// at their TTL). After the Client is closed it returns
+// It returns nil when a majority of nodes confirmed the key is no longer ours
+// (deleted now, or already gone), so another client can acquire it; a
+// *QuorumError wrapping ErrNotHeld when no node still held it (the lock had
+// expired everywhere or was taken: nothing was deleted); and one wrapping
+// ErrNoQuorum when fewer than a majority of nodes could be reached (the
+// remaining keys expire at their TTL). After the Client is closed it returns
 // ErrClosed and leaves the keys to expire.
 //
 // A nested (reentrant) handle's Release returns nil without a round trip. A
@@ -893,23 +889,26 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.released != nil {
 		l.released.Store(true)
 	}
-	// Decided once a majority no longer holds our key: then another client
-	// can acquire it. The other nodes' deletes go on in the background
-	// (bounded by the per-node timeout; Close waits for them), so a slow or
-	// silent node does not slow every release.
-	t, _ := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), c.quorum, voteGone, func(ctx context.Context, n *node) reply {
+	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		if l.vouch {
 			code, err := releaseVouchScript.Run(ctx, n.client, l.keys, l.owner, strconv.FormatUint(l.token, 10)).Int64()
 			return reply{code: code, err: err}
 		}
 		return c.releaseOp(ctx, n, l.keys, l.owner)
 	}, nil)
-	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results}
+	wait()
+	gone, deleted := 0, t.granted
+	for _, r := range t.results {
+		if r.Outcome == OutcomeGranted || r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+			gone++
+		}
+	}
+	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
 	switch {
-	case t.gone < c.quorum:
-		qe.Err = ErrNoQuorum
-	case t.granted == 0:
+	case deleted == 0 && gone == len(c.nodes):
 		qe.Err = ErrNotHeld
+	case gone < c.quorum:
+		qe.Err = ErrNoQuorum
 	default:
 		return t, nil
 	}
@@ -950,7 +949,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, qe
 	}
 	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
-	t, _ := c.vote(ctx, timeout, c.quorum, voteQuorum, func(ctx context.Context, n *node) reply {
+	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		code, err := extendScript.Run(ctx, n.client, l.keys[:1], l.owner, ttlMs).Int64()
 		return reply{code: code, err: err}
 	}, nil)

@@ -85,7 +85,6 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				}
 
 				require.NoError(t, l2.Release(ctx))
-				synctest.Wait() // Release returns at a majority; the rest follow
 				c.requireNoKey(t, "report")
 
 				// Released: the next holder gets it at once, with a higher token.
@@ -350,7 +349,6 @@ func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
 			assert.Equal(t, 5*time.Second, c.nodes[i].m.TTL("report"), "node %d: another owner's TTL must not change", i)
 		}
 		require.NoError(t, l.Release(ctx), "our key on node 2 still goes")
-		synctest.Wait()
 		assert.False(t, c.nodes[2].Has("report"))
 		assert.Equal(t, 2, c.holders("report"))
 	})
@@ -436,12 +434,7 @@ func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
 		err = l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
-		// Decided as soon as two nodes were unreachable: node 0's delete
-		// may still be on its way, and then completes in the background.
-		got := outcomes(qe.Nodes)
-		assert.Contains(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomePending}, got[0])
-		assert.Equal(t, []redlock.Outcome{redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, got[1:])
-		synctest.Wait()
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, outcomes(qe.Nodes))
 		assert.False(t, c.nodes[0].Has("report"), "the reachable node is released")
 	})
 }
@@ -456,7 +449,6 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		require.NoError(t, l.Release(ctx))
-		synctest.Wait() // Release returns at a majority; the rest follow
 		c.requireNoKey(t, "report")
 	})
 }
