@@ -149,6 +149,12 @@ func TestProxyPassThrough(t *testing.T) {
 		t.Fatalf("node has len %d, want %d", len(v), len(big))
 	}
 
+	// The proxy counts a chunk once its Write returned, which can be just
+	// after the client has read it: wait for the count to catch up.
+	eventually(t, "byte counts", func() bool {
+		st := p.Stats()
+		return st.RequestBytes >= int64(len(big)) && st.ReplyBytes >= int64(len(big))
+	})
 	st := p.Stats()
 	if st.Accepted < 1 || st.Open < 1 {
 		t.Errorf("Stats accepted=%d open=%d, want >= 1 each", st.Accepted, st.Open)
