@@ -72,19 +72,23 @@ const ScopeName = "github.com/d3b93e30/redlock/redlockotel"
 // Attribute keys this package defines (the others come from the semantic
 // conventions: error.type, server.address, server.port, db.namespace).
 const (
-	OperationKey     = attribute.Key("redlock.operation.name") // acquire, extend, release, do
-	NodeOutcomeKey   = attribute.Key("redlock.node.outcome")   // redlock.Outcome.String(): granted, taken, timed-out...
-	KeyKey           = attribute.Key("redlock.key")            // the key, with KeyPlain
-	KeyHashKey       = attribute.Key("redlock.key.hash")       // the key's hash, with KeyHashed
-	QuorumKey        = attribute.Key("redlock.quorum")         // votes needed: N/2+1
-	GrantedKey       = attribute.Key("redlock.nodes.granted")  // nodes that applied the (last) operation
-	FailedNodesKey   = attribute.Key("redlock.nodes.failed")   // "node=outcome" of the nodes that did not
-	AttemptsKey      = attribute.Key("redlock.acquire.attempts")
-	AttemptKey       = attribute.Key("redlock.attempt") // on an attempt event: 1, 2, ...
-	FencingTokenKey  = attribute.Key("redlock.fencing.token")
-	ValidityKey      = attribute.Key("redlock.lock.validity") // seconds, on an attempt event
-	attemptEventName = "redlock.attempt"
-	lostEventName    = "redlock.lease.lost"
+	OperationKey    = attribute.Key("redlock.operation.name")   // acquire, extend, release, do
+	NodeOutcomeKey  = attribute.Key("redlock.node.outcome")     // redlock.Outcome.String(): granted, taken, timed-out...
+	KeyKey          = attribute.Key("redlock.key")              // the key, with KeyPlain
+	KeyHashKey      = attribute.Key("redlock.key.hash")         // the key's hash, with KeyHashed
+	QuorumKey       = attribute.Key("redlock.quorum")           // votes needed: N/2+1
+	GrantedKey      = attribute.Key("redlock.nodes.granted")    // nodes that applied the (last) attempt or operation
+	FailedNodesKey  = attribute.Key("redlock.nodes.failed")     // "node=outcome" of the nodes that did not
+	AttemptsKey     = attribute.Key("redlock.acquire.attempts") // attempts one Acquire call made
+	AttemptKey      = attribute.Key("redlock.attempt")          // an attempt event's number: 1, 2, ...
+	FencingTokenKey = attribute.Key("redlock.fencing.token")    // the token of the lock acquired or extended
+	ValidityKey     = attribute.Key("redlock.lock.validity")    // an attempt event's validity time, in seconds
+)
+
+// Span event names.
+const (
+	attemptEventName = "redlock.attempt"    // one per acquisition attempt, on the acquire span
+	lostEventName    = "redlock.lease.lost" // a Lease lost its lock, on the do span (or the caller's)
 )
 
 // KeyMode says how spans record the lock key.
