@@ -299,7 +299,12 @@ func (o *Observer) endCall(ctx context.Context, c *call, l *redlock.Lock, err er
 	c.span.End()
 }
 
-// Observe records e's metrics (redlock.Observer), for use without spans.
+// Observe records the metrics that one Event gives (redlock.nodes.granted,
+// redlock.node.outcomes, redlock.lock.validity, redlock.leases.lost). The
+// Client calls ObserveContext instead; Observe serves an Observer that wraps
+// this one without being a Tracer, which gets neither spans nor the per-call
+// metrics (redlock.operations, redlock.operation.duration,
+// redlock.acquire.attempts).
 func (o *Observer) Observe(e redlock.Event) { o.ObserveContext(context.Background(), e) }
 
 // ObserveContext records e's metrics and adds what it says to the span of
