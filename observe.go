@@ -78,7 +78,8 @@ type Tracer interface {
 	// Events and, for Do, the Lease and the context fn receives derive from
 	// it. The Client calls the returned function exactly once, when the call
 	// returns, with the Lock it returns (Acquire, Extend; nil otherwise) and
-	// its error. Like Observe, both must be quick.
+	// its error (nil for a Do whose fn panicked: the panic goes on after
+	// it). Like Observe, both must be quick.
 	StartCall(ctx context.Context, op, key string) (context.Context, func(*Lock, error))
 	// ObserveContext receives each Event in place of Observe, with the
 	// context of the operation: the one StartCall returned for the call the
