@@ -312,7 +312,7 @@ func (s *Lease) Release(ctx context.Context) error {
 // the Observer. If ctx already holds key through this Client (Do nested in
 // Do, see Acquire), fn runs under the outer holder's lock and the outermost
 // Do releases it. opts may include WithExtendInterval and WithMaxHold.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -325,6 +325,8 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 			return err
 		}
 	}
+	ctx, end := cfg.startCall(ctx, OpDo, key)
+	defer func() { end(nil, err) }()
 	if heldLease(ctx, c, cfg.prefix+key) == nil {
 		if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 			return err

@@ -593,7 +593,10 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
 		return l, err
 	}
-	return c.acquire(ctx, key, ttl, cfg)
+	ctx, end := cfg.startCall(ctx, OpAcquire, key)
+	l, err := c.acquire(ctx, key, ttl, cfg)
+	end(l, err)
+	return l, err
 }
 
 // TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
@@ -875,9 +878,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil // the outermost holder releases (reentrant.go)
 	}
 	endLease(l) // a released lock must not be extended (do.go)
+	ctx, end := l.cfg.startCall(ctx, OpRelease, l.key)
 	start := time.Now()
 	t, err := l.release(ctx)
 	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
+	end(nil, err)
 	return err
 }
 
@@ -927,9 +932,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 // nodes answered (the receiver stays valid until its own deadline). The
 // context's error is wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
 	start := time.Now()
 	next, t, err := l.extend(ctx, ttl)
 	l.observeOp(ctx, OpExtend, start, ttl, t, next, err)
+	end(next, err)
 	return next, err
 }
 
