@@ -91,6 +91,7 @@ var columns = [][2]string{
 	{"allocs/op", "allocs/op"},
 	{"B/op", "B/op"},
 	{"fails", "fails"},
+	{"rel-fails", "release fails"},
 	{"stale-keys", "stale keys"},
 	{"lost-node-keys", "keys on lost node"},
 }
