@@ -460,7 +460,7 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 		}
 		return nil, f.busyExit
 	case qe != nil && errors.Is(err, redlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d needed):\n", f.key, qe.Quorum, len(qe.Nodes))
+		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
 		conns.describeNodes(stderr, qe.Nodes)
 		return nil, exitUnavailable
 	}

@@ -207,6 +207,10 @@ func TestExec_Usage(t *testing.T) {
 		{"interval too long", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "1s", "--extend-every", "1s", "--", "true"}, "--extend-every"},
 		{"bad URL", []string{"--nodes", "redis://u:hunter2@127.0.0.1:1/notadb", "--key", "k", "--", "true"}, "node 0"},
 		{"same node twice", []string{"--nodes", "127.0.0.1:1,redis://127.0.0.1:1", "--key", "k", "--", "true"}, "same node"},
+		{"port out of range", []string{"--nodes", "127.0.0.1:6379,127.0.0.1:99999,127.0.0.1:6380", "--key", "k", "--", "true"}, "node 1: port \"99999\" out of range"},
+		{"port out of range in a URL", []string{"--nodes", "redis://:hunter2@127.0.0.1:65536", "--key", "k", "--", "true"}, "out of range"},
+		{"release-on-failure alone", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--release-on-failure", "--", "true"}, "needs --min-hold"},
+		{"negative min-hold", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -296,4 +300,25 @@ func TestStatus(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, 0, runStatus(ctx, []string{"-h"}, &stdout, &stderr))
 	assert.Contains(t, stdout.String(), "Example:")
+}
+
+// Issue 11.9: --help goes to stdout for every subcommand, and there is a
+// --version.
+func TestHelpAndVersion(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{{"--help"}, {"exec", "--help"}, {"status", "--help"}, {"exec", "-h"}, {"status", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, 0, run(ctx, args, &stdout, &stderr), args)
+		assert.Contains(t, stdout.String(), "Usage", args)
+		assert.Empty(t, stderr.String(), args)
+	}
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 0, run(ctx, []string{"--version"}, &stdout, &stderr))
+	assert.Regexp(t, `^redlock \S`, stdout.String())
+	assert.Empty(t, stderr.String())
+
+	bin := redlockBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	assert.Regexp(t, `^redlock \S`, string(out))
 }

@@ -127,6 +127,9 @@ func (n *nodeConns) redact(msg string) string {
 func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult) {
 	for _, r := range nodes {
 		line := fmt.Sprintf("  %s: %s", r.Node, r.Outcome)
+		if r.Outcome == redlock.OutcomePending {
+			line += ": no answer yet when the others had decided the vote"
+		}
 		if r.Err != nil {
 			line += ": " + n.redact(r.Err.Error())
 		}
