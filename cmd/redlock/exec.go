@@ -48,7 +48,10 @@ must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
 after --grace. The lock is released when COMMAND exits, or with --min-hold
-once that time has passed since it was taken.
+once that time has passed since it was taken. While it holds the lock,
+redlock keeps a record of the holder (host name, process id, since when)
+beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
+tag}), for 'redlock status' to show.
 
 COMMAND runs in a process group of its own under a small guard process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the

@@ -44,7 +44,7 @@ func startNodes(t *testing.T, n int) ([]*redisserver.Server, string) {
 // execRun is one started `redlock` process.
 type execRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer // read them only after done is closed
+	stdout, stderr syncBuffer // safe to read while it runs
 	done           chan struct{}
 	err            error // cmd.Wait's
 }
@@ -306,7 +306,7 @@ func TestStatus(t *testing.T) {
 // --version.
 func TestHelpAndVersion(t *testing.T) {
 	ctx := context.Background()
-	for _, args := range [][]string{{"--help"}, {"exec", "--help"}, {"status", "--help"}, {"exec", "-h"}, {"status", "-h"}} {
+	for _, args := range [][]string{{"--help"}, {"exec", "--help"}, {"status", "--help"}, {"exec", "-h"}, {"status", "-h"}, {"chaos", "--help"}, {"chaos", "--nodes", "3", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		assert.Equal(t, 0, run(ctx, args, &stdout, &stderr), args)
 		assert.Contains(t, stdout.String(), "Usage", args)

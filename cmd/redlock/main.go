@@ -49,6 +49,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "chaos":
+		if wantsHelp(args[1:]) {
+			// chaos prints its help where it prints its errors: --help
+			// goes to stdout for every subcommand.
+			return runChaos(ctx, args[1:], stdout, stdout)
+		}
 		return runChaos(ctx, args[1:], stdout, stderr)
 	case "exec":
 		return runExec(ctx, args[1:], stdout, stderr)
@@ -63,6 +68,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "redlock: unknown subcommand %q\n\n%s", args[0], usage)
 	return exitUsage
+}
+
+// wantsHelp reports whether args ask for help (-h, -help or --help among
+// the flags, before any "--").
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // version returns the module version the binary was built from (as go

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,5 +142,23 @@ func TestExec_MinHold(t *testing.T) {
 		c := tick(nodes, log, "C", "--min-hold", "500ms")
 		assert.Equal(t, 0, c.wait(t), c.stderr.String())
 		assert.Equal(t, "A\nA-end\nC\n", readLog(t, log), "released when A ended, past its hold")
+	})
+
+	t.Run("a signal during the hold ends it without a release", func(t *testing.T) {
+		t.Parallel()
+		_, nodes := startNodes(t, 3)
+		log := filepath.Join(t.TempDir(), "log")
+		a := tick(nodes, log, "A", "--min-hold", "60s", "-v")
+		waitLog(t, a, log, "A\n")
+		for !strings.Contains(a.stderr.String(), "holding the lock") {
+			require.True(t, a.running(), a.stderr.String())
+			time.Sleep(5 * time.Millisecond)
+		}
+		require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+		assert.Equal(t, 0, a.wait(t), "the job's status: it had ended")
+		assert.Contains(t, a.stderr.String(), "during --min-hold: leaving the lock to expire")
+		b := tick(nodes, log, "B")
+		assert.Equal(t, 0, b.wait(t), b.stderr.String())
+		assert.Equal(t, "A\n", readLog(t, log), "the tick stays taken")
 	})
 }
