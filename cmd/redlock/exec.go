@@ -340,7 +340,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	defer func() { stopKeeping(); <-refreshDone }()
 
-	code, held := runCommand(ctx, f, lease, sigs, stdout, stderr)
+	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, stderr)
 	if held && !holdFor(ctx, f, lock.AcquiredAt(), code, lease, sigs, stderr) {
 		return code // the keys expire at their TTL
 	}
@@ -494,7 +494,7 @@ var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQU
 // ends (the lock is lost) or --grace after a forwarded signal, and returns
 // the exit status. held reports whether COMMAND ran and exited on its own
 // with the lock held throughout, so that --min-hold applies.
-func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
+func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *nodeConns, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
 	env := os.Environ()
 	if f.fenceEnv != "" {
 		env = append(env, f.fenceEnv+"="+strconv.FormatUint(lease.Lock().Token(), 10))
@@ -574,6 +574,10 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, sigs <-c
 		case <-leaseDone:
 			leaseDone = nil
 			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v)\n", lease.Err(), f.grace)
+			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
+				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
+				conns.describeNodes(stderr, qe.Nodes)
+			}
 			j.signal(syscall.SIGTERM)
 			startGrace()
 		case <-grace:

@@ -150,6 +150,9 @@ func TestExec_EndToEnd(t *testing.T) {
 		assert.NoFileExists(t, finished)
 		assert.Contains(t, r.stderr.String(), "lock lost")
 		assert.Contains(t, r.stderr.String(), "sending SIGTERM")
+		if strings.Contains(r.stderr.String(), "extension failed") {
+			assert.Contains(t, r.stderr.String(), servers[0].Addr()+"/0: unreachable: ", "each node's answer")
+		}
 	})
 
 	t.Run("lost lock: SIGKILL after the grace period", func(t *testing.T) {

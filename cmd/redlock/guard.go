@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -187,9 +186,7 @@ func runGuard(args []string) int {
 			report <- "exit " + strconv.Itoa(cmd.ProcessState.ExitCode())
 		}
 	}()
-	var b bytes.Buffer
-	b.WriteString(<-report + "\n")
-	_, _ = status.Write(b.Bytes())
+	_, _ = fmt.Fprintln(status, <-report)
 	_ = status.Close()
 	// Whatever COMMAND left running in the group must not run on without
 	// the lock.
