@@ -168,7 +168,7 @@ func TestExec_LeftoversAreKilled(t *testing.T) {
 func TestExec_InProcess(t *testing.T) {
 	_, nodes := startNodes(t, 3)
 	var stdout, stderr syncBuffer
-	code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "inproc", "-v", "--", "sh", "-c", "exit 75"}, &stdout, &stderr)
+	code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "inproc", "--node-timeout", "1s", "-v", "--", "sh", "-c", "exit 75"}, &stdout, &stderr)
 	assert.Equal(t, 75, code)
 	assert.Contains(t, stderr.String(), "redlock exec: COMMAND exited with status 75", "-v tells a job's own 75 from busy")
 }
