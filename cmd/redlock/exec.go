@@ -300,7 +300,6 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)
-	defer conns.deleteHolder(bg, f.key, who)
 
 	// The Lease must outlive ctx: when main's context is canceled by a
 	// signal, COMMAND is only asked to stop, and the lock must stay held
@@ -322,6 +321,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	lease, err := lock.KeepAlive(keepCtx, holdOpts...)
 	if err != nil {
 		_ = lock.Release(bg)
+		conns.deleteHolder(bg, f.key, who)
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return exitSoftware
 	}
@@ -342,12 +342,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, stderr)
 	if held && !holdFor(ctx, f, lock.AcquiredAt(), code, lease, sigs, stderr) {
-		return code // the keys expire at their TTL
+		return code // the keys, and the holder record, expire at their TTL
 	}
 	if err := lease.Release(bg); err != nil && code != exitLost {
 		// COMMAND's work is done; the keys that remain expire at the TTL.
 		fmt.Fprintf(stderr, "redlock exec: warning: release: %v\n", err)
 	}
+	conns.deleteHolder(bg, f.key, who)
 	return code
 }
 
