@@ -140,8 +140,8 @@ func parseJobStatus(b []byte) (jobStatus, bool) {
 	return jobStatus{}, false
 }
 
-// runGuard is the guard process: it runs COMMAND (args, after "--") and never
-// returns; its last act kills its own process group, itself included.
+// runGuard is the guard process: it runs COMMAND (args, after "--"); its
+// last act kills its own process group, itself included.
 func runGuard(args []string) int {
 	life, status := os.NewFile(guardLifeFD, "life"), os.NewFile(guardStatusFD, "status")
 	if len(args) < 2 || args[0] != "--" || life == nil || status == nil {
@@ -191,5 +191,6 @@ func runGuard(args []string) int {
 	// Whatever COMMAND left running in the group must not run on without
 	// the lock.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	select {} // SIGKILL is on its way
+	time.Sleep(time.Second) // not reached: SIGKILL to oneself lands at once
+	return exitSoftware
 }
