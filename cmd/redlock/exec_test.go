@@ -62,6 +62,9 @@ func startRedlock(t *testing.T, bin, nodes string, args ...string) *execRun {
 	r.cmd.Env = append(os.Environ(), "REDLOCK_NODES="+nodes)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	r.cmd.WaitDelay = 5 * time.Second
+	// A test binary that dies (a timeout) takes its redlock processes, and
+	// so their jobs, with it.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r.done = make(chan struct{})
 	require.NoError(t, r.cmd.Start())
 	go func() {
