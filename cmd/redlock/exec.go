@@ -111,6 +111,9 @@ Example:
   export REDLOCK_NODES=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379,redis://:secret@10.0.0.3:6379
   redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
 
+  # crontab, the same on every host: one run per night, silent on the others
+  0 2 * * * redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
+
 Flags:
 `
 

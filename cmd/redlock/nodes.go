@@ -91,8 +91,8 @@ func (n *nodeConns) checkDistinct(ctx context.Context) error {
 			continue
 		}
 		if j, dup := seen[id]; dup {
-			return fmt.Errorf("%w: node %d (%s) and node %d (%s) are %v (run_id %s); a quorum needs independent servers",
-				errSameServer, j, n.names[j], i, n.names[i], errSameServer, id)
+			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (run_id %s); a quorum needs independent servers",
+				j, n.names[j], i, n.names[i], errSameServer, id)
 		}
 		seen[id] = i
 	}
