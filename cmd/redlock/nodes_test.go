@@ -189,6 +189,7 @@ func TestStatus_JSONUnknownNode(t *testing.T) {
 	assert.Contains(t, dead, "held")
 	assert.Nil(t, dead["held"], "not false")
 	assert.Nil(t, dead["fence"], "not 0")
+	assert.Equal(t, "unknown", dead["quarantine"])
 	assert.Contains(t, dead["error"], "connection refused")
 	assert.Equal(t, false, raw.Nodes[0]["held"])
 	assert.Equal(t, "free", raw.Nodes[0]["state"])

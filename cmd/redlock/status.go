@@ -276,7 +276,7 @@ func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, sta
 	for _, st := range states {
 		n := nodeStatusJSON{Node: st.Node, State: "unknown", Quarantine: guardState(st, quarantine)}
 		if st.Err != nil {
-			n.Error = st.Err.Error()
+			n.Error, n.Quarantine = st.Err.Error(), "unknown"
 			out.Nodes = append(out.Nodes, n)
 			continue
 		}
