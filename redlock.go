@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -329,17 +330,23 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // Dial returns a Client over nodes it connects to itself, one URL per node:
 // "redis://host:port", "rediss://host:port" for TLS,
-// "redis://user:password@host:port/db" for ACL users (see redis.ParseURL).
+// "redis://user:password@host:port/db" for ACL users (see redis.ParseURL),
+// or plain "host:port", which means "redis://host:port".
 // Its connections never re-send a command, honour the per-node timeout, and
-// make one quick dial attempt; Close closes them.
+// make one quick dial attempt; Close closes them. Dial does not contact the
+// nodes, so it cannot tell one server named twice by different host names
+// (127.0.0.1 and localhost): only the same address spelled the same way.
 //
-// It returns ErrInvalidArgument for zero URLs, a malformed URL, the same
-// address twice, or a bad option.
+// It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
+// outside 1..65535, the same address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	nodes := make([]*node, len(urls))
 	parsed := make([]*redis.Options, len(urls))
 	for i, u := range urls {
-		o, err := redis.ParseURL(u)
+		if !strings.Contains(u, "://") && u != "" {
+			u = "redis://" + u // host:port
+		}
+		o, err := parseNodeURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %d: %v", ErrInvalidArgument, i, redactErr(err, u))
 		}
@@ -357,6 +364,28 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		n.client, n.closer = rc, rc.Close
 	}
 	return c, nil
+}
+
+// parseNodeURL parses one node URL of Dial (see redis.ParseURL) and checks
+// that a TCP port is in 1..65535.
+func parseNodeURL(u string) (*redis.Options, error) {
+	if u == "" {
+		return nil, errors.New("empty URL")
+	}
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if o.Network == "tcp" {
+		_, port, err := net.SplitHostPort(o.Addr)
+		if err != nil {
+			return nil, err
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("port %q out of range 1..65535", port)
+		}
+	}
+	return o, nil
 }
 
 // tuneOptions applies the settings Redlock needs to a node we dial.
