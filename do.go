@@ -164,7 +164,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	if l.client.closed.Load() {
 		return nil, ErrClosed
 	}
-	if !registerLease(s, l.owner) {
+	if !l.state.setLease(s) {
 		return nil, fmt.Errorf("%w: lock %q is already kept alive by another Lease", ErrInvalidArgument, l.key)
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
@@ -180,7 +180,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 // run extends the lock every interval until the Lease's context ends.
 func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc) {
 	defer close(s.done)
-	defer unregisterLease(s, l.owner)
+	defer l.state.clearLease(s)
 	defer stopHold()
 
 	// The validity deadline is watched by its own timer, not by this loop,
@@ -233,6 +233,8 @@ func attemptStart(l *Lock) time.Time {
 // fail ends the Lease's context with cause, and reports the loss if it was
 // this call that ended it.
 func (s *Lease) fail(cause error) {
+	// Every handle of the lock stops trusting it before the context says so.
+	s.Lock().state.ended.Store(true)
 	s.cancel(cause)
 	if context.Cause(s.ctx) == cause {
 		s.cfg.observe(s.ctx, Event{Op: OpLost, Key: s.Lock().key, Err: cause})
@@ -360,40 +362,4 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return fmt.Errorf("%w; fn returned: %w", cause, fnErr)
 	}
 	return fnErr
-}
-
-// leases maps the owner value of every running Lease to it, so that
-// Lock.Release on any handle of the lock stops its Lease.
-var leases = struct {
-	sync.Mutex
-	byOwner map[string]*Lease
-}{byOwner: map[string]*Lease{}}
-
-func registerLease(s *Lease, owner string) bool {
-	leases.Lock()
-	defer leases.Unlock()
-	if _, dup := leases.byOwner[owner]; dup {
-		return false
-	}
-	leases.byOwner[owner] = s
-	return true
-}
-
-func unregisterLease(s *Lease, owner string) {
-	leases.Lock()
-	defer leases.Unlock()
-	if leases.byOwner[owner] == s {
-		delete(leases.byOwner, owner)
-	}
-}
-
-// endLease stops the Lease that keeps l alive, if any: Lock.Release calls it
-// so that a released lock is no longer extended.
-func endLease(l *Lock) {
-	leases.Lock()
-	s := leases.byOwner[l.owner]
-	leases.Unlock()
-	if s != nil && s.client == l.client {
-		s.stop()
-	}
 }

@@ -511,6 +511,87 @@ type Lock struct {
 	// handles Extend derives: a node whose grant arrives after that (a
 	// straggler of the acquisition) is released by the late-reply path.
 	released *atomic.Bool
+	// state is shared by every handle of this lock: those Extend derives,
+	// the copies KeepAlive makes, and nested (reentrant) handles.
+	state *lockState
+}
+
+// lockState is what every handle of one acquired lock shares.
+type lockState struct {
+	// ended is set once the lock must no longer be trusted, whatever its
+	// deadline says: Release was called, or the Lease keeping it declared
+	// it lost. Validity reads it.
+	ended atomic.Bool
+
+	mu    sync.Mutex
+	lease *Lease        // the Lease keeping the lock alive; nil if none
+	calls int           // batches of node calls still running (track)
+	idle  chan struct{} // closed when calls drops to zero; nil while it is zero
+}
+
+// track counts a batch of node calls that outlived the operation that
+// started them (the stragglers of the acquisition, of an extension), until
+// wait returns. Release waits for them (waitCalls), so that a lock's node
+// calls have all ended when its Release returns. Each batch is bounded by the
+// per-node timeout.
+func (s *lockState) track(wait func()) {
+	s.mu.Lock()
+	if s.calls == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.calls++
+	s.mu.Unlock()
+	go func() {
+		wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.calls--; s.calls == 0 {
+			close(s.idle)
+			s.idle = nil
+		}
+	}()
+}
+
+// waitCalls blocks until every batch handed to track has ended.
+func (s *lockState) waitCalls() {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
+
+// setLease records s as the Lease keeping the lock alive; it returns false
+// when another Lease already does.
+func (s *lockState) setLease(l *Lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease != nil {
+		return false
+	}
+	s.lease = l
+	return true
+}
+
+// clearLease forgets l once it has stopped.
+func (s *lockState) clearLease(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == l {
+		s.lease = nil
+	}
+}
+
+// stopLease stops the Lease keeping the lock alive, if any, and waits for
+// its extender to end: a released lock must not be extended.
+func (s *lockState) stopLease() {
+	s.mu.Lock()
+	l := s.lease
+	s.mu.Unlock()
+	if l != nil {
+		l.stop()
+	}
 }
 
 // Key returns the key as passed to Acquire (without the prefix).
@@ -540,8 +621,19 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 func (l *Lock) ValidUntil() time.Time { return l.validUntil }
 
 // Validity returns the validity time left: zero or negative once the lock
-// must no longer be trusted. It reads the monotonic clock.
-func (l *Lock) Validity() time.Duration { return time.Until(l.validUntil) }
+// must no longer be trusted. That is when the deadline (ValidUntil) has
+// passed, and also, on every handle of the lock (those Extend returned, the
+// Lease's, nested ones), as soon as Release was called on any of them (a
+// nested handle's Release aside: the outermost holder releases) or a Lease
+// keeping the lock declared it lost (ErrLockLost). It reads the monotonic
+// clock.
+func (l *Lock) Validity() time.Duration {
+	left := time.Until(l.validUntil)
+	if l.state.ended.Load() {
+		return min(left, 0)
+	}
+	return left
+}
 
 // Attempts returns how many attempts the acquisition took.
 func (l *Lock) Attempts() int { return l.attempts }
@@ -628,12 +720,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	}
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
+			waitAll()
 			return nil, ErrClosed
 		}
 		lock, qerr, wait := c.attempt(ctx, key, keys, ttl, cfg)
 		waits = append(waits, wait)
 		if lock != nil {
+			// The stragglers of this attempt, and the clean-up of the failed
+			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
+			lock.state = &lockState{}
+			lock.state.track(waitAll)
 			return lock, nil
 		}
 		if qerr == nil { // the owner generator failed
@@ -860,24 +957,43 @@ func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner 
 // runs even if ctx is already canceled (a half-done release would leave keys
 // until their TTL); ctx's values are passed on.
 //
-// It returns nil when a majority of nodes confirmed the key is no longer ours
-// (deleted now, or already gone), so another client can acquire it; a
-// *QuorumError wrapping ErrNotHeld when no node still held it (the lock had
-// expired everywhere or was taken: nothing was deleted); and one wrapping
-// ErrNoQuorum when fewer than a majority of nodes could be reached (the
-// remaining keys expire at their TTL). After the Client is closed it returns
-// ErrClosed and leaves the keys to expire.
+// It returns, looking only at the nodes that answered (deleted, "not held" or
+// "taken"; an unreachable, timed-out or failing node did not):
 //
-// A nested (reentrant) handle's Release returns nil without a round trip. A
-// Lease that keeps this lock alive is stopped first.
+//   - a *QuorumError wrapping ErrNotHeld when a majority (N/2+1) answered
+//     that the key was not ours any more (expired, or held by another
+//     owner), whatever the other nodes answered: the lock had expired or
+//     been taken before this call, so the holder overran it. Keys of ours
+//     still found on other nodes are deleted all the same (Granted counts
+//     them);
+//   - a *QuorumError wrapping ErrNoQuorum when fewer than a majority
+//     answered: the outcome is unknown, and the keys not deleted expire at
+//     their TTL;
+//   - nil otherwise: a majority answered, and it is no longer ours on any
+//     of them (deleted now, or gone before), so another client can acquire it.
+//
+// After the Client is closed it returns ErrClosed and leaves the keys to
+// expire.
+//
+// Once Release is called the lock's Validity is zero or negative on every
+// handle, whatever the result. A Lease that keeps this lock alive is stopped
+// first. Release returns after every node call the lock started has ended:
+// those of the acquisition and of extensions that the vote did not wait for
+// (each bounded by the per-node timeout). A nested (reentrant) handle's
+// Release returns nil without a round trip.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
 	}
-	endLease(l) // a released lock must not be extended (do.go)
+	l.state.ended.Store(true)
+	l.state.stopLease() // a released lock must not be extended
 	start := time.Now()
 	t, err := l.release(ctx)
 	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
+	// Node calls of this lock that were still running (stragglers of the
+	// acquisition and extensions, late grants being undone) end before
+	// Release returns: nothing the lock started outlives it.
+	l.state.waitCalls()
 	return err
 }
 
@@ -897,17 +1013,20 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return c.releaseOp(ctx, n, l.keys, l.owner)
 	}, nil)
 	wait()
-	gone, deleted := 0, t.granted
+	deleted, notOurs := t.granted, 0
 	for _, r := range t.results {
-		if r.Outcome == OutcomeGranted || r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
-			gone++
+		if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+			notOurs++
 		}
 	}
 	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
 	switch {
-	case deleted == 0 && gone == len(c.nodes):
+	case notOurs >= c.quorum:
+		// A majority no longer held our key: the lock had expired (or was
+		// taken) before this release, whatever the other nodes say. The
+		// holder must learn that it overran its lock.
 		qe.Err = ErrNotHeld
-	case gone < c.quorum:
+	case deleted+notOurs < c.quorum:
 		qe.Err = ErrNoQuorum
 	default:
 		return t, nil
@@ -949,10 +1068,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, qe
 	}
 	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
-	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, wait := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		code, err := extendScript.Run(ctx, n.client, l.keys[:1], l.owner, ttlMs).Int64()
 		return reply{code: code, err: err}
 	}, nil)
+	l.state.track(wait) // stragglers: Release waits for them
 	now := time.Now()
 	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {
