@@ -119,14 +119,14 @@ func newLeakCheck(t *testing.T) *leakCheck {
 	return lc
 }
 
-// verifyNone fails the test if a goroutine other than those running when
-// base was made (goleak.IgnoreCurrent) is alive now. The in-process nodes'
+// verifyNone fails the test if a goroutine is alive now that the options
+// do not ignore (goleak.IgnoreCurrent: those running when it was made). The in-process nodes'
 // per-connection goroutines are not counted: go-redis keeps connections
 // open in its pool.
-func (lc *leakCheck) verifyNone(t *testing.T, base goleak.Option) {
+func (lc *leakCheck) verifyNone(t *testing.T, base ...goleak.Option) {
 	t.Helper()
 	const peer = "github.com/alicebob/miniredis/v2/server.(*Server).servePeer"
-	lc.ask <- []goleak.Option{base, goleak.IgnoreAnyFunction(peer), goleak.IgnoreAnyFunction(peer + ".func2")}
+	lc.ask <- append([]goleak.Option{goleak.IgnoreAnyFunction(peer), goleak.IgnoreAnyFunction(peer + ".func2")}, base...)
 	require.NoError(t, <-lc.answer, "goroutines left running")
 }
 

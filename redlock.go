@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -661,8 +662,11 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // error if ctx ended), with every node's outcome in the last attempt; when it
 // returns, no key of its attempts is left on a node that answered in time,
 // and nodes that answered late are cleaned up before it returns. Bad
-// arguments give ErrInvalidArgument; a closed client ErrClosed. opts override
-// the client's options for this call.
+// arguments give ErrInvalidArgument; a closed client ErrClosed (also when
+// Close is called between attempts: then after the node calls of the earlier
+// attempts have ended). On success, the node calls that the vote did not
+// wait for may still run; the Lock's Release waits for them. opts override
+// the client's options for this call; Acquire does not modify the slice.
 //
 // Acquire is reentrant through ctx: when ctx is, or derives from, the context
 // of a Lease of this Client on the same key (Lease.Context, or the context Do
@@ -691,7 +695,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
 // once when the lock is held elsewhere.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	return c.Acquire(ctx, key, ttl, append(opts, WithRetry(NoRetry()))...)
+	// A new slice: appending to opts could write into the caller's array.
+	return c.Acquire(ctx, key, ttl, slices.Concat(opts, []Option{WithRetry(NoRetry())})...)
 }
 
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {

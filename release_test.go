@@ -260,3 +260,46 @@ func TestRelease_WaitsForExtensionStragglers(t *testing.T) {
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 	})
 }
+
+// TryAcquire adds its single-attempt policy to a copy of the options: the
+// caller's slice, spare capacity included, is left as it was.
+func TestTryAcquire_LeavesCallersOptionsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		opts := make([]redlock.Option, 1, 2)
+		opts[0] = redlock.WithKeyPrefix("lock:")
+		l, err := c.rl.TryAcquire(context.Background(), "job", ttl10s, opts...)
+		require.NoError(t, err)
+		assert.Nil(t, opts[:2][1], "TryAcquire wrote into the spare capacity of the caller's slice")
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
+// Acquire that finds the Client closed between attempts returns ErrClosed
+// only after the node calls of its earlier attempts have ended.
+func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
+	lc := newLeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1)
+		c.nodes[2].SlowAcquire(50 * time.Millisecond)
+		closing := make(chan struct{})
+		retry := redlock.RetryFunc(func(int) (time.Duration, bool) {
+			close(closing) // the first attempt failed: close during the wait
+			return 10 * time.Millisecond, true
+		})
+		base := goleak.IgnoreCurrent()
+		go func() {
+			<-closing
+			_ = c.rl.Close() // waits for the calls too, in its own goroutine
+		}()
+		start := time.Now()
+		_, err := c.rl.Acquire(context.Background(), "job", ttl10s, redlock.WithRetry(retry))
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		lc.verifyNone(t, goleak.IgnoreAnyFunction("github.com/d3b93e30/redlock.(*Client).Close"), base)
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Acquire waited for the slow node's call")
+		synctest.Wait()
+		assert.False(t, c.nodes[2].Has("job"), "the late grant was undone")
+	})
+}
