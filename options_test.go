@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"testing"
 	"testing/synctest"
@@ -36,10 +37,28 @@ var badOptions = []struct {
 	{"zero exponential base", redlock.WithRetry(redlock.ExponentialRetry(0, time.Second, 0)), "ExponentialRetry"},
 	{"exponential max below base", redlock.WithRetry(redlock.ExponentialRetry(time.Second, time.Millisecond, 0)), "ExponentialRetry"},
 	{"negative exponential tries", redlock.WithRetry(redlock.ExponentialRetry(time.Millisecond, time.Second, -1)), "ExponentialRetry"},
+	{"nil retry pointer", redlock.WithRetry((*stopRetry)(nil)), "retry"},
 	{"nil owner generator", redlock.WithOwnerGenerator(nil), "owner generator"},
+	{"nil named owner generator", redlock.WithOwnerGenerator(ownerFunc(nil)), "owner generator"},
 	{"nil logger", redlock.WithLogger(nil), "logger"},
+	{"logger without handler", redlock.WithLogger(&slog.Logger{}), "logger"},
+	{"nil observer", redlock.WithObserver(nil), "observer"},
+	{"nil ObserverFunc", redlock.WithObserver(redlock.ObserverFunc(nil)), "observer"},
+	{"nil observer pointer", redlock.WithObserver((*eventLog)(nil)), "observer"},
+	{"zero extension interval", redlock.WithExtendInterval(0), "extension interval"},
+	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
+	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
+	{"negative quarantine", redlock.WithQuarantine(-time.Second), "quarantine"},
 	{"nil option", nil, "nil option"},
 }
+
+// stopRetry is a RetryPolicy with a pointer receiver, for typed nils.
+type stopRetry struct{}
+
+func (*stopRetry) NextRetry(int) (time.Duration, bool) { return 0, false }
+
+// ownerFunc is a named owner generator type, for typed nils.
+type ownerFunc func() (string, error)
 
 func requireInvalid(t *testing.T, err error, msg string) {
 	t.Helper()
@@ -227,4 +246,36 @@ func TestDial_CloseClosesConnections(t *testing.T) {
 	require.NoError(t, rl.Close())
 	_, err = rl.TryAcquire(context.Background(), "k", ttl10s)
 	require.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// Every option is checked by every call that takes options, before any round
+// trip: an invalid one never reaches an operation, where a typed nil function
+// would panic.
+func TestOptions_BadInputInEveryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		ev := &eventLog{}
+		c := newCluster(t, 3, redlock.WithObserver(ev))
+		l, err := c.rl.Acquire(ctx, "held", ttl10s)
+		require.NoError(t, err)
+		ran := false
+		for _, tc := range badOptions {
+			var err error
+			require.NotPanics(t, func() {
+				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context) error { ran = true; return nil }, tc.opt)
+			}, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Do: %s", tc.name)
+			assert.ErrorContains(t, err, tc.msg, "Do: %s", tc.name)
+			require.NotPanics(t, func() { _, err = c.rl.TryAcquire(ctx, "k", ttl10s, tc.opt) }, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "TryAcquire: %s", tc.name)
+			require.NotPanics(t, func() { _, err = l.KeepAlive(ctx, tc.opt) }, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "KeepAlive: %s", tc.name)
+			assert.ErrorContains(t, err, tc.msg, "KeepAlive: %s", tc.name)
+		}
+		assert.False(t, ran, "fn never ran")
+		n, _ := ev.count(redlock.OpAcquire)
+		assert.Equal(t, 1, n, "no attempt was made with a bad option")
+		require.NoError(t, l.Release(ctx))
+		c.requireNoKey(t, "k")
+	})
 }

@@ -163,10 +163,11 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRetry sets the retry policy of Acquire (default DefaultRetry: retry
-// with jittered backoff until the context ends). It must not be nil.
+// with jittered backoff until the context ends). It must not be nil, nor hold
+// a nil function or pointer (RetryFunc(nil)): ErrInvalidArgument.
 func WithRetry(p RetryPolicy) Option {
 	return func(c *config) error {
-		if f, ok := p.(RetryFunc); p == nil || ok && f == nil {
+		if isNil(p) {
 			return fmt.Errorf("%w: nil retry policy", ErrInvalidArgument)
 		}
 		if v, ok := p.(interface{ validate() error }); ok {
@@ -191,10 +192,10 @@ func WithKeyPrefix(prefix string) Option {
 // WithOwnerGenerator sets the function that makes each attempt's owner
 // value (default RandomOwner). Values must be unique across all clients and
 // attempts, or two clients could release each other's lock; an empty value
-// is an error.
+// is an error. A nil gen gives ErrInvalidArgument.
 func WithOwnerGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
-		if gen == nil {
+		if isNil(gen) {
 			return fmt.Errorf("%w: nil owner generator", ErrInvalidArgument)
 		}
 		c.owner = gen
@@ -241,11 +242,12 @@ func WithFencing(on bool) Option {
 // extension and release with its per-node outcomes; warn logs settings that
 // weaken the lock, failed extensions and releases, and lost locks (see
 // Lease). Owner values and passwords are never logged. Default: no logging.
-// It must not be nil.
+// It must not be nil, nor a Logger without a Handler (the zero slog.Logger):
+// ErrInvalidArgument.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		if l == nil || isNil(l.Handler()) {
+			return fmt.Errorf("%w: nil logger or logger without a handler", ErrInvalidArgument)
 		}
 		c.logger = l
 		return nil
@@ -408,14 +410,19 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	return &Client{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}, nil
 }
 
-// isNil reports whether rc is nil or holds a nil pointer (a typed nil such
-// as (*redis.Client)(nil), whose methods would panic).
-func isNil(rc redis.UniversalClient) bool {
-	if rc == nil {
+// isNil reports whether v is nil or holds a nil function or pointer: a typed
+// nil such as ObserverFunc(nil) or (*redis.Client)(nil), stored in an
+// interface that is not nil, whose methods would panic when called.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(rc)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Func, reflect.Pointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // clientName names a user's client for logs, errors and duplicate checks.
