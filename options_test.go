@@ -279,3 +279,45 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		c.requireNoKey(t, "k")
 	})
 }
+
+// A TTL must leave validity after the drift allowance and one per-node
+// timeout: TTL − (TTL × factor + 2 ms) − timeout ≥ 1 ms. Each case is the
+// smallest TTL that passes, and the error for one millisecond less names it.
+func TestTTL_SmallestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []redlock.Option
+		min  time.Duration
+	}{
+		// The default per-node timeout for short TTLs is its 20 ms floor:
+		// 24 − 2.24 − 20 = 1.76 ms; 23 − 2.23 − 20 = 0.77 ms.
+		{"defaults", nil, 24 * time.Millisecond},
+		// 5 − 2.05 − 1 = 1.95 ms; 4 − 2.04 − 1 = 0.96 ms.
+		{"1 ms per-node timeout", []redlock.Option{redlock.WithNodeTimeout(time.Millisecond)}, 5 * time.Millisecond},
+		// 103 − 2 − 100 = 1 ms exactly.
+		{"no drift factor", []redlock.Option{redlock.WithDriftFactor(0), redlock.WithNodeTimeout(100 * time.Millisecond)}, 103 * time.Millisecond},
+		// 46 − 25 − 20 = 1 ms; 45 − 24.5 − 20 = 0.5 ms.
+		{"drift factor 0.5", []redlock.Option{redlock.WithDriftFactor(0.5)}, 46 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3, tc.opts...)
+				short := tc.min - time.Millisecond
+				_, err := c.rl.TryAcquire(ctx, "job", short)
+				requireInvalid(t, err, "smallest usable ttl with this drift factor and per-node timeout is "+tc.min.String())
+				err = c.rl.Do(ctx, "job", short, func(context.Context) error { return nil })
+				requireInvalid(t, err, "smallest usable ttl")
+
+				l, err := c.rl.TryAcquire(ctx, "job", tc.min)
+				require.NoError(t, err)
+				assert.Positive(t, l.Validity())
+				_, err = l.Extend(ctx, short)
+				requireInvalid(t, err, "smallest usable ttl")
+				l, err = l.Extend(ctx, tc.min)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}

@@ -37,8 +37,10 @@ import (
 // and ErrNoQuorum.
 var (
 	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
-	// client, a malformed URL, an empty key, a TTL not above the drift, a
-	// negative factor or timeout.
+	// client, a malformed URL, an empty key, a TTL too short to leave
+	// validity after the drift allowance and one per-node timeout (the
+	// error names the smallest usable TTL), a negative factor or timeout,
+	// a nil function or pointer given to an option.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
 	// many nodes, too few nodes answered, the validity time ran out during the
@@ -149,9 +151,13 @@ func WithDriftFactor(factor float64) Option {
 }
 
 // WithNodeTimeout sets how long one node may take to answer one operation
-// before its vote counts as timed out. It must be positive and below every
-// TTL used. Default: 1% of the TTL, within [20 ms, 1 s] and at most half the
-// TTL (the spec suggests 5–50 ms for a 10 s TTL).
+// before its vote counts as timed out. It must be positive (else
+// ErrInvalidArgument), and every TTL used must leave at least 1 ms of
+// validity after it and the drift allowance: TTL − drift − timeout ≥ 1 ms
+// (else the call returns ErrInvalidArgument naming the smallest usable TTL).
+// Default: 1% of the TTL, within [20 ms, 1 s] (the Redlock spec suggests
+// 5–50 ms for a 10 s TTL), so the shortest TTL with the defaults is 24 ms;
+// set a shorter timeout for shorter TTLs.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
