@@ -65,9 +65,11 @@ func WithExtendInterval(d time.Duration) Option {
 
 // WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
 // after KeepAlive was called, it stops extending and ends its context with a
-// cause wrapping ErrHoldLimit. The keys then expire at their TTL unless
-// released first (Do releases them at once). 0 means no limit (the default);
-// a negative d gives ErrInvalidArgument. Acquire and Extend ignore it.
+// cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
+// TTL unless released first. Do releases the lock at once, at the limit,
+// even if its function ignores its context and keeps running. 0 means no
+// limit (the default); a negative d gives ErrInvalidArgument. Acquire and
+// Extend ignore it.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -295,8 +297,12 @@ func (s *Lease) Release(ctx context.Context) error {
 // Do acquires the lock on key for ttl (as Acquire, with the same options),
 // runs fn with a context bound to the lock (as Lock.KeepAlive: extended in
 // the background, canceled the moment the lock can no longer be trusted),
-// and releases the lock when fn returns or panics. A panic propagates after
-// the release. When Do returns, no goroutine it started remains.
+// and releases the lock when fn returns or panics, or when the hold limit
+// (WithMaxHold) passes, whichever is first. A panic propagates after the
+// release. When Do returns, no goroutine it started remains: the extender,
+// and every node call of the acquisition, the extensions and the release
+// (the calls the votes did not wait for included, each bounded by the
+// per-node timeout).
 //
 // It returns:
 //   - the error of Acquire, without running fn, when the lock was not
@@ -344,14 +350,31 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		_ = lock.Release(context.WithoutCancel(ctx))
 		return err
 	}
+	// At the hold limit the lock is released at once, even while fn still
+	// runs (its context has ended: work that ignores it runs without the
+	// lock). The watcher ends when fn returns, before Do does.
+	fnDone, watcherDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-lease.Done():
+			if errors.Is(lease.Err(), ErrHoldLimit) {
+				_ = lease.Release(context.WithoutCancel(ctx))
+			}
+		case <-fnDone:
+		}
+	}()
+	stopWatcher := func() { close(fnDone); <-watcherDone }
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit
+			stopWatcher()
 			_ = lease.Release(context.WithoutCancel(ctx))
 		}
 	}()
 	fnErr := fn(lease.Context())
 	returned = true
+	stopWatcher()
 
 	cause := lease.Err()
 	_ = lease.Release(context.WithoutCancel(ctx)) // logged and observed by Release

@@ -584,3 +584,36 @@ func TestInspect(t *testing.T) {
 		settleDials()
 	})
 }
+
+// At the hold limit Do releases the lock at once, even though fn ignores
+// its context and keeps working: the keys must not wait for their TTL.
+func TestDo_HoldLimitReleasesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &eventLog{}
+		c := newCluster(t, 3, redlock.WithObserver(ev))
+		const (
+			ttl   = time.Second
+			limit = 2500 * time.Millisecond
+		)
+		start := time.Now()
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+			time.Sleep(limit - time.Millisecond)
+			assert.Equal(t, 3, c.holders("job"), "held until the limit")
+			latest, err := c.rl.Acquire(ctx, "job", ttl) // the nested handle of the latest extension
+			require.NoError(t, err)
+			assert.Positive(t, latest.Validity())
+			time.Sleep(time.Millisecond)
+			synctest.Wait() // the release, made at the limit
+			assert.Equal(t, limit, time.Since(start))
+			assert.Zero(t, c.holders("job"), "released at the limit, not a TTL after the last extension")
+			assert.True(t, time.Now().Before(latest.ValidUntil()))
+			assert.LessOrEqual(t, latest.Validity(), time.Duration(0), "released: not to be trusted")
+			assert.ErrorIs(t, context.Cause(ctx), redlock.ErrHoldLimit)
+			time.Sleep(3 * time.Second) // fn ignores its context
+			return nil
+		}, redlock.WithMaxHold(limit))
+		assert.ErrorIs(t, err, redlock.ErrHoldLimit)
+		_, relOK := ev.count(redlock.OpRelease)
+		assert.Equal(t, 1, relOK, "one release")
+	})
+}
