@@ -659,7 +659,8 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 
 // Acquire takes the lock on key for ttl, retrying after a random delay while
 // the key is held elsewhere, until it succeeds, the retry policy gives up, or
-// ctx ends. One attempt (DESIGN §2, from the Redlock spec):
+// ctx ends. One attempt, as in the Redlock spec ("Distributed Locks with
+// Redis" at redis.io):
 //
 //  1. read the monotonic clock;
 //  2. send the acquire script to all N nodes at once, each with the per-node
