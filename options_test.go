@@ -2,13 +2,19 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -320,4 +326,49 @@ func TestTTL_SmallestUsable(t *testing.T) {
 			})
 		})
 	}
+}
+
+// linesLogger records what go-redis logs.
+type linesLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *linesLogger) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+func (l *linesLogger) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// The package doc's advice: go-redis's "failed to dial" lines for a dead
+// node go to the logger given to redis.SetLogger, not to the standard error.
+func TestGoRedisLogs_GoToSetLogger(t *testing.T) {
+	rec := &linesLogger{}
+	redis.SetLogger(rec)
+	defer logging.Enable() // back to go-redis's default logger
+	urls := make([]string, 3)
+	for i := range 2 {
+		m := miniredis.RunT(t)
+		urls[i] = "redis://" + m.Addr()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	urls[2] = "redis://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // a dead node: connections are refused
+
+	rl, err := redlock.Dial(urls)
+	require.NoError(t, err)
+	l, err := rl.TryAcquire(context.Background(), "job", ttl10s)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, rl.Close())
+	assert.Contains(t, rec.text(), "failed to dial")
+
+	redis.SetLogger(&logging.VoidLogger{}) // as the package doc shows
 }

@@ -12,6 +12,29 @@
 // (see docs/safety.md): a holder that pauses past its validity can overlap
 // with the next holder. Pass the fencing token to the resource you protect so
 // that it rejects the stale holder's writes (docs/fencing.md).
+//
+// Do runs a function under the lock, extending it while the function runs
+// and ending the function's context the moment the lock can no longer be
+// trusted; Lock.KeepAlive does the extending for a lock you hold yourself.
+// Both are reentrant through the context (see Client.Acquire). The examples
+// (ExampleClient_Do, ExampleLock_KeepAlive, ExampleClient_Acquire_reentrant)
+// show each use.
+//
+// # Logs from go-redis
+//
+// The package logs only through WithLogger, and never by default. go-redis,
+// which talks to the nodes, has its own process-wide logger that writes to
+// the standard error: while a node is down it prints a line such as
+// "redis: connection pool: failed to dial after 1 attempts: ... connection
+// refused" for each failed connection. Every node's outcome is already in the
+// errors (QuorumError) and Events this package returns, so you may silence
+// those lines, or send them to your own logger, once at start-up:
+//
+//	redis.SetLogger(&logging.VoidLogger{}) // github.com/redis/go-redis/v9/logging
+//
+// or pass redis.SetLogger any value with a method
+// Printf(ctx context.Context, format string, v ...any). It applies to every
+// go-redis client in the process.
 package redlock
 
 import (
