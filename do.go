@@ -130,9 +130,9 @@ type Lease struct {
 // opts override l's options for the Lease and its extensions (those that
 // matter: WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger,
 // WithObserver). KeepAlive returns ErrInvalidArgument for a bad option, an
-// interval not below l's validity or a node timeout not below its TTL, or
-// when another Lease already keeps l alive; ErrClosed if the Client is
-// closed. For a nested (reentrant) handle it returns a Lease that neither
+// interval not below l's validity, a per-node timeout that leaves l's TTL no
+// validity (see WithNodeTimeout), or when another Lease already keeps l
+// alive; ErrClosed if the Client is closed. For a nested (reentrant) handle it returns a Lease that neither
 // extends nor releases: its context ends with the outer holder's.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	cfg := l.cfg

@@ -527,6 +527,8 @@ func (c *Client) Close() error {
 
 // Lock is an acquired lock: an immutable handle, safe to share between
 // goroutines. Extend returns a new Lock; the old one keeps its old deadline.
+// The handles of one lock (the ones Extend returns, a Lease's, nested ones)
+// share whether the lock was released or lost, which Validity reports.
 type Lock struct {
 	client     *Client
 	cfg        config
@@ -654,7 +656,8 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 
 // ValidUntil returns the validity deadline: the start of the attempt (or
 // extension) plus TTL minus the drift allowance. Past it the lock may have
-// expired on some node and another client may hold it.
+// expired on some node and another client may hold it. It does not change
+// when the lock is released or lost before it: Validity says so.
 func (l *Lock) ValidUntil() time.Time { return l.validUntil }
 
 // Validity returns the validity time left: zero or negative once the lock
