@@ -351,7 +351,7 @@ func (l *linesLogger) text() string {
 func TestGoRedisLogs_GoToSetLogger(t *testing.T) {
 	rec := &linesLogger{}
 	redis.SetLogger(rec)
-	defer logging.Enable() // back to go-redis's default logger
+	defer redis.SetLogger(&logging.VoidLogger{}) // as the package doc shows, and as TestMain does
 	urls := make([]string, 3)
 	for i := range 2 {
 		m := miniredis.RunT(t)
@@ -369,6 +369,4 @@ func TestGoRedisLogs_GoToSetLogger(t *testing.T) {
 	require.NoError(t, l.Release(context.Background()))
 	require.NoError(t, rl.Close())
 	assert.Contains(t, rec.text(), "failed to dial")
-
-	redis.SetLogger(&logging.VoidLogger{}) // as the package doc shows
 }
