@@ -192,7 +192,11 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
 		return bad("--fence-env %q is not a valid environment variable name", f.fenceEnv)
 	}
-	if v := f.ttl - redlock.Drift(f.ttl, redlock.DefaultDriftFactor); f.extendEvery >= v {
+	drift := redlock.Drift(f.ttl, redlock.DefaultDriftFactor)
+	if v := f.ttl - drift; v <= 0 {
+		return bad("--ttl %v is too short: the clock-drift allowance (%v) leaves the lock no validity", f.ttl, drift)
+	}
+	if v := f.ttl - drift; f.extendEvery >= v {
 		return bad("--extend-every %v must be below the lock's validity %v (ttl − drift)", f.extendEvery, v)
 	}
 	return f, 0, true

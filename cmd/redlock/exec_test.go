@@ -224,6 +224,10 @@ func TestExec_Usage(t *testing.T) {
 		{"port out of range in a URL", []string{"--nodes", "redis://:hunter2@127.0.0.1:65536", "--key", "k", "--", "true"}, "out of range"},
 		{"release-on-failure alone", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--release-on-failure", "--", "true"}, "needs --min-hold"},
 		{"negative min-hold", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
+		// A TTL shorter than the clock-drift allowance gives no validity:
+		// the message names --ttl, not the --extend-every the user never gave.
+		{"ttl without validity", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "1ms", "--", "true"}, "--ttl 1ms is too short"},
+		{"ttl at the drift allowance", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "2ms", "--", "true"}, "--ttl 2ms is too short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
