@@ -247,6 +247,29 @@ func TestExec_Usage(t *testing.T) {
 	})
 }
 
+func TestStatus_Usage(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("REDLOCK_NODES", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no nodes", []string{"--key", "k"}, "no nodes"},
+		{"no key", []string{"--nodes", "127.0.0.1:1"}, "--key is required"},
+		{"zero timeout", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--timeout", "0"}, "--timeout"},
+		{"negative quarantine", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--quarantine", "-1s"}, "--quarantine"},
+		{"extra arguments", []string{"--nodes", "127.0.0.1:1", "--key", "k", "more"}, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, exitUsage, runStatus(ctx, tc.args, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Empty(t, stdout.String())
+		})
+	}
+}
+
 func TestExec_UnavailableNodes(t *testing.T) {
 	servers, nodes := startNodes(t, 3)
 	require.NoError(t, servers[0].Kill())
