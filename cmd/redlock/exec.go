@@ -112,7 +112,8 @@ Example:
   redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
 
   # crontab, the same on every host: one run per night, silent on the others
-  0 2 * * * redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
+  # (a full path: cron's PATH is /usr/bin:/bin)
+  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
 
 Flags:
 `
