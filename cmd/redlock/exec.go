@@ -47,7 +47,8 @@ a distributed flock(1), e.g. for a cron job installed on several hosts that
 must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
-after --grace. The lock is released when COMMAND exits, or with --min-hold
+after --grace or when the lock's validity runs out, whichever comes first:
+another host may take the lock then. The lock is released when COMMAND exits, or with --min-hold
 once that time has passed since it was taken. While it holds the lock,
 redlock keeps a record of the holder (host name, process id, since when)
 beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
@@ -147,7 +148,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
 	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 20ms..1s)")
 	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
 	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
@@ -516,28 +517,36 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 
 	ctxDone, leaseDone := ctx.Done(), lease.Done()
 	var (
-		graceTimer *time.Timer
-		grace      <-chan time.Time // fires --grace after SIGTERM or a forwarded signal
-		killed     os.Signal        // the forwarded signal after which COMMAND was killed
-		got        os.Signal        // the first signal forwarded to COMMAND
+		killTimer *time.Timer
+		kill      <-chan time.Time // fires when COMMAND is to get SIGKILL
+		killAt    time.Time
+		killed    os.Signal // the forwarded signal after which COMMAND was killed
+		got       os.Signal // the first signal forwarded to COMMAND
 	)
-	startGrace := func() {
-		if graceTimer != nil {
-			graceTimer.Stop()
+	// killWithin makes COMMAND get SIGKILL at most d from now. A deadline
+	// already set stands if it is sooner: neither a second signal nor the
+	// loss of the lock postpones the SIGKILL.
+	killWithin := func(d time.Duration) {
+		at := time.Now().Add(d)
+		if killTimer != nil {
+			if !at.Before(killAt) {
+				return
+			}
+			killTimer.Stop()
 		}
-		graceTimer = time.NewTimer(f.grace)
-		grace = graceTimer.C
+		killAt, killTimer = at, time.NewTimer(d)
+		kill = killTimer.C
 	}
 	defer func() {
-		if graceTimer != nil {
-			graceTimer.Stop()
+		if killTimer != nil {
+			killTimer.Stop()
 		}
 	}()
 	forward := func(s os.Signal) {
 		j.signal(s.(syscall.Signal))
-		if got == nil { // a second signal does not postpone the SIGKILL
+		if got == nil {
 			got = s
-			startGrace()
+			killWithin(f.grace)
 		}
 	}
 	for {
@@ -582,18 +591,27 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 			t.Stop()
 		case <-leaseDone:
 			leaseDone = nil
-			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v)\n", lease.Err(), f.grace)
+			// Once the lock's validity has run out, another host may take
+			// it: COMMAND gets SIGKILL then at the latest, whatever --grace.
+			left := max(min(f.grace, time.Until(lease.Lock().ValidUntil())), 0)
+			when := ""
+			if left < f.grace {
+				when = ", when the lock's validity runs out"
+			}
+			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
 			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
 				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
 				conns.describeNodes(stderr, qe.Nodes)
 			}
 			j.signal(syscall.SIGTERM)
-			startGrace()
-		case <-grace:
-			grace = nil
-			fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after SIGTERM or a forwarded signal; sending SIGKILL\n", f.grace)
+			killWithin(left)
+		case <-kill:
+			kill = nil
 			if lease.Err() == nil {
 				killed = got
+				fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after %v; sending SIGKILL\n", f.grace, got)
+			} else {
+				fmt.Fprintf(stderr, "redlock exec: COMMAND still running after SIGTERM, the lock lost; sending SIGKILL\n")
 			}
 			j.signal(syscall.SIGKILL)
 		}
