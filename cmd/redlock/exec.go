@@ -474,7 +474,7 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 		return nil, f.busyExit
 	case qe != nil && errors.Is(err, redlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
-		conns.describeNodes(stderr, qe.Nodes)
+		conns.describeNodes(stderr, qe.Nodes, conns.askPending(ctx, qe.Nodes))
 		return nil, exitUnavailable
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
@@ -601,7 +601,7 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
 			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
 				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
-				conns.describeNodes(stderr, qe.Nodes)
+				conns.describeNodes(stderr, qe.Nodes, nil)
 			}
 			j.signal(syscall.SIGTERM)
 			killWithin(left)
