@@ -59,8 +59,9 @@ SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
 group, which gets SIGKILL if COMMAND is still running --grace later; then the
 lock is released. If redlock itself dies, even by SIGKILL, the group is
 killed at once, and what COMMAND leaves running in its group is killed when
-COMMAND exits: nothing runs on without the lock. COMMAND should not read
-from the terminal. Its stdin, stdout and stderr are redlock's.
+COMMAND exits. A process that leaves the group (setsid(1), a daemon that
+detaches) is out of reach and runs on without the lock: keep the work in
+COMMAND's group. COMMAND should not read from the terminal. Its stdin, stdout and stderr are redlock's.
 
 Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
