@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -258,9 +257,8 @@ func (w Workload) writeEvery() time.Duration {
 // client is done. onAcquire is called synchronously, in the acquiring
 // client's goroutine, before it writes: faults triggered by an acquisition
 // are in place before the holder goes on.
-// It returns how many extensions of an already released lock succeeded
-// (ExtendReleased): each is a broken promise of the library.
-func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Resources, seed uint64, onAcquire func(Acquisition)) (revived int) {
+// It returns what the clients saw of the library's promises.
+func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Resources, seed uint64, onAcquire func(Acquisition)) *workloadStats {
 	acquireTimeout := w.AcquireTimeout
 	if acquireTimeout <= 0 {
 		acquireTimeout = 2 * w.TTL
@@ -298,13 +296,11 @@ func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Reso
 		delete(waiting, t)
 	}
 
-	var (
-		wg   sync.WaitGroup
-		revs atomic.Int64
-	)
+	var wg sync.WaitGroup
+	stats := &workloadStats{released: map[string]bool{}}
 	for i, c := range clients {
 		h := &holder{w: w, i: i, c: c.Client, key: w.key(), acquireTimeout: acquireTimeout, o: o, res: res,
-			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, revived: &revs}
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats}
 		wg.Go(func() {
 			select {
 			case <-started[i]:
@@ -315,7 +311,27 @@ func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Reso
 		})
 	}
 	wg.Wait()
-	return int(revs.Load())
+	return stats
+}
+
+// workloadStats is what the clients of a trial saw of the library's
+// promises.
+type workloadStats struct {
+	mu       sync.Mutex
+	revived  int             // extensions of released locks that succeeded
+	released map[string]bool // owner values of the locks whose Release returned nil
+}
+
+func (s *workloadStats) release(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released[owner] = true
+}
+
+func (s *workloadStats) revive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revived++
 }
 
 // holder is one workload client's loop.
@@ -329,7 +345,7 @@ type holder struct {
 	res            Resources
 	rng            *rand.Rand
 	fire           func(Acquisition)
-	revived        *atomic.Int64 // extensions of released locks that succeeded
+	stats          *workloadStats
 }
 
 func (h *holder) loop(ctx context.Context) {
@@ -451,8 +467,11 @@ func (h *holder) holdLock(ctx context.Context, n int) bool {
 	} else {
 		err2 = lock.Release(context.WithoutCancel(ctx))
 	}
-	if w.ExtendReleased && err2 == nil {
-		h.extendReleased(ctx, lock, n)
+	if err2 == nil {
+		h.stats.release(lock.Owner())
+		if w.ExtendReleased {
+			h.extendReleased(ctx, lock, n)
+		}
 	}
 	return true
 }
@@ -468,7 +487,7 @@ func (h *holder) extendReleased(ctx context.Context, lock *redlock.Lock, n int) 
 	if err != nil {
 		return
 	}
-	h.revived.Add(1)
+	h.stats.revive()
 	h.o.Note(time.Now(), fmt.Sprintf("client %d extended a released lock", h.i))
 	hold := h.o.Acquired(h.i, nl.Token(), time.Now(), nl.ValidUntil(), 0, 0)
 	deadline := time.Now().Add(h.w.holdFor(h.i))
