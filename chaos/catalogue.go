@@ -71,7 +71,7 @@ func Catalogue() []Scenario {
 	drifting.TTL = 2 * scriptedTTL
 	drifting.HoldOf = map[int]time.Duration{0: drifting.TTL}
 	// Long holds kept alive by Do (client 0) and KeepAlive (client 1).
-	long := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * catalogueTTL / 2,
+	long := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: 2 * catalogueNodeTimeout, Hold: 5 * catalogueTTL / 2,
 		WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond, AcquireTimeout: 10 * catalogueTTL,
 		Modes: []Mode{ModeDo, ModeKeepAlive}}
 	// A holds with Do for 3 TTLs; B uses Acquire and starts once A holds.

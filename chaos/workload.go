@@ -172,11 +172,14 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Go(func() {
-			key := fmt.Sprintf("%s:warmup:%d", w.key(), i)
+			key, ttl := fmt.Sprintf("%s:warmup:%d", w.key(), i), 2*time.Second
 			if i == 0 {
-				key = w.key()
+				// The workload's TTL: a lock that its release failed to
+				// delete (a mutant) then blocks the key no longer than any
+				// other hold would.
+				key, ttl = w.key(), w.TTL
 			}
-			if l, err := c.TryAcquire(ctx, key, 2*time.Second, redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)); err == nil {
+			if l, err := c.TryAcquire(ctx, key, ttl, redlock.WithNodeTimeout(min(time.Second, ttl/2)), redlock.WithFencing(false)); err == nil {
 				_ = l.Release(ctx)
 			}
 		})
