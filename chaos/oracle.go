@@ -183,6 +183,14 @@ func (o *Oracle) Failed(client int, at time.Time, latency time.Duration, attempt
 // hold's acted interval. A write naming an unknown HoldID (including 0) is
 // counted in Report.UnknownHoldEvents and otherwise ignored.
 func (o *Oracle) Wrote(hold HoldID, resource string, token uint64, accepted bool, at time.Time) {
+	o.WroteSpan(hold, resource, token, accepted, at, at)
+}
+
+// WroteSpan is Wrote for a write that started at `at` (the time the oracle
+// orders writes by) and returned at end (recorded in WriteRecord.End for
+// the cross-check, which lets writes whose spans overlap happen in either
+// order). An end before at is taken as at.
+func (o *Oracle) WroteSpan(hold HoldID, resource string, token uint64, accepted bool, at, end time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h := o.hold(hold)
@@ -193,7 +201,7 @@ func (o *Oracle) Wrote(hold HoldID, resource string, token uint64, accepted bool
 	off := o.offset(at)
 	o.writes = append(o.writes, WriteRecord{
 		Hold: hold, Client: h.Client, Resource: resource, Token: token,
-		Accepted: accepted, At: off, AtMS: durMS(off),
+		Accepted: accepted, At: off, AtMS: durMS(off), End: max(o.offset(end), off),
 	})
 }
 
@@ -322,6 +330,8 @@ type WriteRecord struct {
 	At time.Duration `json:"at_ns"`
 	// AtMS is At in milliseconds.
 	AtMS float64 `json:"at_ms"`
+	// End is when the write returned (At when only its start was recorded).
+	End time.Duration `json:"end_ns"`
 	// Stale is true for an accepted write that the oracle judged stale (see
 	// Oracle); always false for a rejected write. Filled in by History.
 	Stale bool `json:"stale"`

@@ -192,7 +192,8 @@ func TrialSeed(seed uint64, scenario string, trial int) uint64 {
 // to be unsafe that showed no violation in those trials gets more, up to
 // UnsafeTrialLimit in all, and its notes say how many it took. progress, if
 // not nil, is called with a line after each trial. It returns an error only
-// when the harness itself fails (a node cannot be healed); a fault the
+// when the harness itself fails (a node cannot be healed, or the porcupine
+// cross-check disagrees with the Oracle: see crossCheck); a fault the
 // backend cannot produce makes the result Skipped.
 //
 // The verdict: Broken if any trial broke a promise of the library; else
@@ -267,7 +268,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		v, notes := judge(s, rep, tr)
 		verdicts[v]++
 		caught := m != nil && v != s.Expect
-		for _, note := range notes {
+		for _, note := range append(notes, tr.info...) {
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
 		}
 		if progress != nil {
@@ -375,6 +376,7 @@ type trialResult struct {
 	keysLeft        int // nodes holding the lock key after the workload (KeysReleased)
 	nodes           int
 	notes           []string // other broken promises
+	info            []string // remarks that do not change the verdict
 }
 
 // clientProxies returns, when some fault of s names clients, a proxy per
@@ -496,6 +498,13 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 		if left >= tr.nodes/2+1 {
 			tr.keysLeft = left
 		}
+	}
+	note, err := crossCheck(tr.history, tr.report.StaleWritesFenced)
+	if err != nil {
+		return trialResult{}, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	if note != "" {
+		tr.info = append(tr.info, note)
 	}
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)

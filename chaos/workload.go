@@ -387,7 +387,8 @@ func (h *holder) write(hold HoldID, token uint64, n int) {
 	at := time.Now()
 	h.o.Wrote(hold, ResourcePlain, token, h.res.Plain.Write(token, value), at)
 	at = time.Now()
-	h.o.Wrote(hold, ResourceFenced, token, h.res.Fenced.Write(token, value), at)
+	ok := h.res.Fenced.Write(token, value)
+	h.o.WroteSpan(hold, ResourceFenced, token, ok, at, time.Now())
 }
 
 // pause freezes the holder if the workload's Pause names this hold, then
