@@ -319,6 +319,27 @@ func (c *Cluster) ownersLeft(ctx context.Context, key string, owners map[string]
 	return left, nil
 }
 
+// deleteKey deletes key (only that key) on every node that is up, asking
+// each server directly.
+func (c *Cluster) deleteKey(ctx context.Context, key string) error {
+	for _, n := range c.nodes {
+		killed, paused, err := n.state()
+		if err != nil {
+			return err
+		}
+		if killed || paused {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		err = n.admin.Del(dctx, key).Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("chaos: delete %s on %s: %w", key, n.name, err)
+		}
+	}
+	return nil
+}
+
 // HealAll brings every node back to normal, in parallel: killed nodes are
 // restarted (keeping their data when the backend can: in-process, or
 // redis-server with Persistence; otherwise they come back empty), pauses

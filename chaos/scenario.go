@@ -430,6 +430,9 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 		return trialResult{}, err
 	}
 	defer closeClients(clients)
+	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
+		return trialResult{}, err
+	}
 	o := NewOracle()
 	if !s.Workload.NoFencing {
 		o.ExpectTokens()

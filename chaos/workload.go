@@ -130,8 +130,10 @@ type client struct {
 // go-redis pauses dialing a node for a second after repeated dial failures).
 // Client 0 warms up on the workload's key itself: the key then has a history
 // on every node (a fencing counter, and with the amnesia guard a trusted
-// epoch), as a key in production use would. Call it before any fault is
-// applied.
+// epoch), as a key in production use would; the trial then deletes the lock
+// key itself (not its history) on every node, so that a release that failed
+// to delete it (a mutant) does not block the trial. Call it before any fault
+// is applied.
 func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant) ([]client, error) {
 	if w.Clients < 1 {
 		return nil, fmt.Errorf("chaos: workload needs at least one client, got %d", w.Clients)
@@ -172,14 +174,14 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Go(func() {
-			key, ttl := fmt.Sprintf("%s:warmup:%d", w.key(), i), 2*time.Second
+			key := fmt.Sprintf("%s:warmup:%d", w.key(), i)
 			if i == 0 {
-				// The workload's TTL: a lock that its release failed to
-				// delete (a mutant) then blocks the key no longer than any
-				// other hold would.
-				key, ttl = w.key(), w.TTL
+				key = w.key()
 			}
-			if l, err := c.TryAcquire(ctx, key, ttl, redlock.WithNodeTimeout(min(time.Second, ttl/2)), redlock.WithFencing(false)); err == nil {
+			// A long node timeout: under the amnesia guard, a warm-up that
+			// failed half-way would leave the key's epochs unvouched on some
+			// nodes, and their votes quarantined for the whole trial.
+			if l, err := c.TryAcquire(ctx, key, 2*time.Second, redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)); err == nil {
 				_ = l.Release(ctx)
 			}
 		})
