@@ -25,7 +25,7 @@ type Row struct {
 // the fenced resource, and the median acquire latency.
 func WriteTable(w io.Writer, rows []Row, markdown bool) error {
 	header := []string{"scenario", "trials", "Redlock verdict", "acq.", "viol.", "stale plain/fenced", "p50",
-		"etcd verdict (unfenced)", "etcd fenced", "acq.", "viol.", "stale plain/fenced", "p50"}
+		"etcd expected (unfenced/fenced)", "etcd verdict (unfenced)", "etcd fenced", "acq.", "viol.", "stale plain/fenced", "p50"}
 	lines := [][]string{header}
 	for _, r := range rows {
 		line := make([]string, len(header))
@@ -47,15 +47,16 @@ func WriteTable(w io.Writer, rows []Row, markdown bool) error {
 			line[7] = "not applicable"
 		} else {
 			trials = max(trials, e.Trials)
-			line[7] = verdictText(e.Expect, e.Observed)
+			line[7] = fmt.Sprintf("%s/%s", e.Expect, e.ExpectFenced)
+			line[8] = verdictText(e.Expect, e.Observed)
 			if e.UnsafeTrials > 0 && e.UnsafeTrials < e.Trials {
-				line[7] += fmt.Sprintf(" (%d of %d trials)", e.UnsafeTrials, e.Trials)
+				line[8] += fmt.Sprintf(" (%d of %d trials)", e.UnsafeTrials, e.Trials)
 			}
-			line[8] = verdictText(e.ExpectFenced, e.ObservedFenced)
-			line[9] = fmt.Sprint(e.Acquisitions)
-			line[10] = fmt.Sprint(e.Violations)
-			line[11] = fmt.Sprintf("%d/%d", e.StalePlain, e.StaleFenced)
-			line[12] = fmtLatency(e.P50)
+			line[9] = verdictText(e.ExpectFenced, e.ObservedFenced)
+			line[10] = fmt.Sprint(e.Acquisitions)
+			line[11] = fmt.Sprint(e.Violations)
+			line[12] = fmt.Sprintf("%d/%d", e.StalePlain, e.StaleFenced)
+			line[13] = fmtLatency(e.P50)
 		}
 		if trials > 0 {
 			line[1] = fmt.Sprint(trials)

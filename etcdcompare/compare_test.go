@@ -26,7 +26,7 @@ func TestWriteTable(t *testing.T) {
 	if err := WriteTable(&md, rows, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1.5ms", "4.0ms", "3/0", "no equivalent", "safe (expected unsafe) << MISMATCH", "not applicable"} {
+	for _, want := range []string{"1.5ms", "4.0ms", "3/0", "no equivalent", "safe (expected unsafe) << MISMATCH", "not applicable", "unsafe/safe"} {
 		if !strings.Contains(text.String(), want) || !strings.Contains(md.String(), want) {
 			t.Errorf("tables lack %q:\n%s\n%s", want, text.String(), md.String())
 		}
