@@ -120,3 +120,14 @@ func TestEtcdLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestClusterFaultsRejectBadMember(t *testing.T) {
+	var c Cluster // no members: every index is out of range
+	for _, f := range []func(int) error{c.Isolate, c.Rejoin, c.Kill} {
+		for _, i := range []int{-1, 0, 3} {
+			if err := f(i); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("member %d: %v, want ErrInvalidArgument", i, err)
+			}
+		}
+	}
+}

@@ -57,11 +57,11 @@ const (
 // Fault is one scheduled fault: at At from the trial's start, or, with
 // AfterFirst, right after client 0's first acquisition (before it writes).
 type Fault struct {
-	At         time.Duration
-	AfterFirst bool
-	Pick       Pick
-	Action     Action
-	Amount     time.Duration
+	At         time.Duration // from the trial's start; 0 = before any client starts
+	AfterFirst bool          // instead of At: right after client 0's first acquisition
+	Pick       Pick          // which members
+	Action     Action        // what happens to them
+	Amount     time.Duration // the delay of DelayReplies, the length of Freeze
 }
 
 // Workload is what the clients of one trial do. Each client has its own
@@ -98,16 +98,16 @@ type Workload struct {
 // (Expect) and for the fenced resource (ExpectFenced). A scenario with
 // NotApplicable set is not run; the text says why.
 type Scenario struct {
-	Name          string
-	Summary       string
-	NotApplicable string
-	Expect        chaos.Verdict
-	ExpectFenced  chaos.Verdict
-	Why           string
-	Workload      Workload
-	Faults        []Fault
-	Duration      time.Duration
-	Availability  chaos.Availability
+	Name          string             // the chaos catalogue's name, or an etcd-only one
+	Summary       string             // what happens, on etcd
+	NotApplicable string             // why the scenario cannot be run on etcd ("" = it runs)
+	Expect        chaos.Verdict      // expected verdict without fencing (or SometimesUnsafe)
+	ExpectFenced  chaos.Verdict      // expected verdict of the fenced resource
+	Why           string             // the reason for the expected verdicts
+	Workload      Workload           // what the clients do
+	Faults        []Fault            // the fault schedule
+	Duration      time.Duration      // length of one trial
+	Availability  chaos.Availability // checked per trial; a miss makes the verdict Broken
 	// Redlock names the chaos catalogue scenario this one mirrors ("" for
 	// an etcd-only scenario).
 	Redlock string
@@ -261,30 +261,29 @@ func Find(name string) (Scenario, bool) {
 // (its reply held) may hold a lower token than a holder that came and went
 // meanwhile; the fenced resource then rejects its writes.
 type Result struct {
-	Scenario       string
-	Trials         int
-	Seed           uint64
-	Expect         chaos.Verdict
-	ExpectFenced   chaos.Verdict
-	Observed       chaos.Verdict
-	ObservedFenced chaos.Verdict
-	Skipped        string
-	Notes          []string
+	Scenario       string        // Scenario.Name
+	Trials         int           // trials run
+	Seed           uint64        // the run's seed (trial seeds derive from it)
+	Expect         chaos.Verdict // Scenario.Expect
+	ExpectFenced   chaos.Verdict // Scenario.ExpectFenced
+	Observed       chaos.Verdict // the unfenced verdict over all trials
+	ObservedFenced chaos.Verdict // Safe unless the fenced resource accepted a stale write
+	Skipped        string        // Scenario.NotApplicable, when it was not run
+	Notes          []string      // per-trial reasons and observations
 	// UnsafeTrials counts the trials judged unsafe.
 	UnsafeTrials int
-	Acquisitions int
-	Failed       int
-	Violations   int
-	// BelievedViolations counts overlaps where both holders believed they
-	// held the lock (not only a write after the belief ended).
-	BelievedViolations int
-	StalePlain         int
-	StaleFenced        int
-	RejectedFenced     int
-	TokenOrder         int
-	P50, P99           time.Duration
-	Reports            []chaos.Report
-	Histories          []chaos.History
+	// Sums over the trials, as in chaos.Report: successful and failed
+	// acquisitions, mutual-exclusion violations, and of these the ones
+	// where both holders believed they held the lock (not only a write
+	// after the belief ended).
+	Acquisitions, Failed, Violations, BelievedViolations int
+	// Sums over the trials: stale writes accepted by the plain and the
+	// fenced resource, writes the fenced resource rejected, and holds whose
+	// token was not above the previous holder's.
+	StalePlain, StaleFenced, RejectedFenced, TokenOrder int
+	P50, P99                                            time.Duration   // successful acquisitions' latency, all trials
+	Reports                                             []chaos.Report  // per trial
+	Histories                                           []chaos.History // per trial, for timelines (chaos.WriteSVG)
 }
 
 // Match reports whether both observed verdicts are the expected ones (a
