@@ -13,5 +13,6 @@
 // The lock is reached through Locker and Held, the shape of a harness seam:
 // Acquire(ctx, key, ttl) returns a Held with a fencing token, a Done channel
 // that closes when the holder learns the lock may be lost, and Release. A
-// Redlock lock fits the same shape (Done closing at its validity deadline).
+// Redlock lock fits the same shape (RedlockLocker: Done closes at the lock's
+// validity deadline).
 package etcdcompare
