@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -166,18 +167,24 @@ func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
 }
 
 // warmUp loads every script on every node (acquire, fence, extend, release)
-// with a throw-away lock, so that a delay installed later applies to the
+// with throw-away locks (one per node, whose counter is put ahead so that the
+// others get the fencing write-back), so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run
 // inside a synctest bubble: it waits for the stragglers' calls too.
 func (c *cluster) warmUp(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
-	require.NoError(t, err)
-	l, err = l.Extend(ctx, 10*time.Second)
-	require.NoError(t, err)
-	require.NoError(t, l.Release(ctx))
-	synctest.Wait()
+	for i := range c.nodes {
+		// Node i's counter ahead: every other node gets the write-back.
+		ahead := time.Now().Add(time.Duration(i+1) * time.Hour).UnixMicro()
+		require.NoError(t, c.nodes[i].m.Set("{warm-up}:fence", strconv.FormatInt(ahead, 10)))
+		l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
+		require.NoError(t, err)
+		l, err = l.Extend(ctx, 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		synctest.Wait()
+	}
 }
 
 // holders returns how many nodes hold key.
