@@ -76,7 +76,7 @@ func TestAcquire_ValidityIsTTLMinusElapsedMinusDrift(t *testing.T) {
 				c := newCluster(t, 3, tc.opts...)
 				c.warmUp(t)
 				if tc.fenceAhead {
-					setCounterAhead(t, c.nodes[0], "report")
+					setCounterAhead(t, c.nodes[0], "report", time.Hour)
 				}
 				c.nodes[0].Slow(30 * time.Millisecond)
 				c.nodes[1].Slow(30 * time.Millisecond)
@@ -122,8 +122,9 @@ func TestAcquire_SlowerThanValidityIsRefused(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := newCluster(t, 3, redlock.WithNodeTimeout(99*time.Millisecond))
 				c.warmUp(t)
-				if len(tc.opts) == 0 {
-					setCounterAhead(t, c.nodes[0], "report")
+				if len(tc.opts) == 0 { // no two nodes' counters agree
+					setCounterAhead(t, c.nodes[0], "report", time.Hour)
+					setCounterAhead(t, c.nodes[1], "report", 2*time.Hour)
 				}
 				for _, nd := range c.nodes {
 					if len(tc.opts) > 0 {
@@ -154,11 +155,11 @@ func TestAcquire_SlowerThanValidityIsRefused(t *testing.T) {
 	}
 }
 
-// setCounterAhead puts key's fencing counter on n a day (in microseconds)
+// setCounterAhead puts key's fencing counter on n by d (in microseconds)
 // ahead of the clock, as if n had granted more often than the others: the
 // next acquisition's counters disagree and need a write-back.
-func setCounterAhead(t testing.TB, n *testNode, key string) {
+func setCounterAhead(t testing.TB, n *testNode, key string, d time.Duration) {
 	t.Helper()
-	ahead := time.Now().Add(24 * time.Hour).UnixMicro()
+	ahead := time.Now().Add(d).UnixMicro()
 	require.NoError(t, n.m.Set("{"+key+"}:fence", strconv.FormatInt(ahead, 10)))
 }

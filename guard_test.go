@@ -3,6 +3,9 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -246,6 +249,169 @@ func TestClose_ConcurrentWithAcquire(t *testing.T) {
 		require.NoError(t, c.rl.Close())
 		for range 8 {
 			<-done
+		}
+	})
+}
+
+// Issue 9, fault 2: a late grant, a failed write-back and two data losses
+// must not repeat a token. P: first use, released, every node trusted. Node
+// 2 loses its data; A's grant on node 2 arrives after the vote was decided,
+// its follow-up later still, and node 1 refuses every write-back. A
+// releases, node 0 loses its data, more than the quarantine passes: B's
+// token must exceed A's. The late node is vouched for (fault 3(d)).
+func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		p, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, p.Release(ctx))
+		synctest.Wait()
+		time.Sleep(time.Second)
+
+		c.nodes[2].m.FlushAll()
+		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
+		})
+		c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, redlock.OutcomePending, a.Nodes()[2].Outcome, "node 2's grant came after the decision")
+		assert.Greater(t, a.Token(), p.Token())
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "trusted"), "the late node is vouched for")
+		require.NoError(t, a.Release(ctx))
+
+		c.nodes[0].m.FlushAll()
+		time.Sleep(time.Minute + time.Second)
+		b, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Greater(t, b.Token(), a.Token())
+	})
+}
+
+// Issue 9, fault 3(a): after a data loss on node 1 while node 2 is down, the
+// key is acquired again within one quarantine (it used to fail for ever:
+// the token needed every node's counter).
+func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		first, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, first.Release(ctx))
+		synctest.Wait()
+		c.nodes[1].m.FlushAll()
+		c.nodes[2].Refuse()
+
+		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired, "node 1 may have forgotten a lock: quarantined")
+		time.Sleep(time.Minute)
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a free key must be acquired within one quarantine")
+		assert.Greater(t, l.Token(), first.Token())
+		synctest.Wait()
+		assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "trusted"))
+		require.NoError(t, l.Release(ctx))
+		l, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "and at once from then on")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Issue 9, fault 3(b): node 2 down, the first use of a fresh key fails once
+// on a transient write-back error; the key is acquired again within one
+// quarantine.
+func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.warmUp(t)
+		c.nodes[2].Refuse()
+		// Node 1 grants 1 ms later, so its clock-seeded counter is higher
+		// than node 0's: the counters disagree and node 0 needs the
+		// write-back, which fails once.
+		c.nodes[1].SlowIf(time.Millisecond, func(cmd string, args []string) bool { return isScript("acquire", cmd, args) })
+		var failures atomic.Int32
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			return isScript("fence", cmd, args) && failures.Add(1) == 1
+		})
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.ErrorContains(t, err, "write-back")
+		time.Sleep(time.Minute)
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a free key must be acquired within one quarantine")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Issue 9, fault 3(c): node 2 down, two clients take 20 fresh keys at once
+// (several pods starting one cron job): every key is acquirable again within
+// one quarantine.
+func TestAmnesiaGuard_ContendedFirstUsesRecoverWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		other := c.secondClient(t, redlock.WithQuarantine(time.Minute))
+		c.nodes[2].Refuse()
+		var wg sync.WaitGroup
+		for _, rl := range []*redlock.Client{c.rl, other} {
+			for k := range 20 {
+				wg.Go(func() {
+					if l, err := rl.TryAcquire(ctx, fmt.Sprintf("cron:%d", k), 10*time.Second); err == nil {
+						_ = l.Release(ctx)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		time.Sleep(time.Minute)
+		for k := range 20 {
+			l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("cron:%d", k), 10*time.Second)
+			if assert.NoError(t, err, "key %d", k) {
+				assert.NoError(t, l.Release(ctx))
+			}
+		}
+		// So many refused dials start go-redis's background re-dial loop,
+		// which ends within a second of the client's Close.
+		_ = c.nodes[2].rc.Close()
+		time.Sleep(2 * time.Second)
+	})
+}
+
+// Issue 9, fault 3(d): N=5, one or two random nodes (never more) lose their
+// data before each acquisition and answer late: every acquisition succeeds
+// at once, each token is higher than the last, and every node is trusted
+// again after each holder.
+func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5, redlock.WithQuarantine(time.Minute))
+		rng := rand.New(rand.NewPCG(9, 3))
+		var last uint64
+		for round := range 20 {
+			for _, nd := range c.nodes {
+				nd.SlowIf(0, func(string, []string) bool { return false })
+			}
+			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
+				c.nodes[i].m.FlushAll()
+				c.nodes[i].SlowIf(20*time.Millisecond, func(cmd string, args []string) bool {
+					return isScript("acquire", cmd, args)
+				})
+			}
+			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+			require.NoError(t, err, "round %d", round)
+			assert.Greater(t, l.Token(), last, "round %d", round)
+			last = l.Token()
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			for i, nd := range c.nodes {
+				assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "round %d, node %d", round, i)
+			}
+			require.NoError(t, l.Release(ctx))
+			time.Sleep(time.Second)
 		}
 	})
 }

@@ -2,10 +2,11 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,7 @@ type testNode struct {
 	refused atomic.Bool
 	mu      sync.Mutex
 	delay   func(cmd string, args []string) time.Duration // nil: no delay
+	fail    func(cmd string, args []string) bool          // nil: no injected error
 }
 
 // errRefused is what a refusing node's dialer returns: a dial error that
@@ -77,17 +79,29 @@ func newTestNode(t testing.TB, i int) *testNode {
 // the connection that sent the command (miniredis serves connections
 // concurrently).
 func (n *testNode) installHook() {
-	n.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+	n.m.Server().SetPreHook(func(peer *server.Peer, cmd string, args ...string) bool {
 		n.mu.Lock()
-		f := n.delay
+		f, fail := n.delay, n.fail
 		n.mu.Unlock()
 		if f != nil {
 			if d := f(cmd, args); d > 0 {
 				time.Sleep(d)
 			}
 		}
+		if fail != nil && fail(cmd, args) {
+			peer.WriteError("ERR injected by the test")
+			return true
+		}
 		return false
 	})
+}
+
+// FailIf makes the node answer the commands that match with an error
+// reply, without running them; nil stops it.
+func (n *testNode) FailIf(match func(cmd string, args []string) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.fail = match
 }
 
 // Slow delays every script call (all the library sends) by d before the
@@ -166,25 +180,22 @@ func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
 	return c
 }
 
-// warmUp loads every script on every node (acquire, fence, extend, release)
-// with throw-away locks (one per node, whose counter is put ahead so that the
-// others get the fencing write-back), so that a delay installed later applies to the
+// warmUp loads every script on every node, then takes, extends and
+// releases a throw-away lock, so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run
 // inside a synctest bubble: it waits for the stragglers' calls too.
 func (c *cluster) warmUp(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	for i := range c.nodes {
-		// Node i's counter ahead: every other node gets the write-back.
-		ahead := time.Now().Add(time.Duration(i+1) * time.Hour).UnixMicro()
-		require.NoError(t, c.nodes[i].m.Set("{warm-up}:fence", strconv.FormatInt(ahead, 10)))
-		l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
-		require.NoError(t, err)
-		l, err = l.Extend(ctx, 10*time.Second)
-		require.NoError(t, err)
-		require.NoError(t, l.Release(ctx))
-		synctest.Wait()
+	for _, nd := range c.nodes {
+		require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
 	}
+	l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
+	require.NoError(t, err)
+	l, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	synctest.Wait()
 }
 
 // holders returns how many nodes hold key.
@@ -239,4 +250,21 @@ func quorumError(t testing.TB, err error) *redlock.QuorumError {
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe, "want a *QuorumError, got %T: %v", err, err)
 	return qe
+}
+
+// isScript reports whether a command a node received runs the library's
+// script name (a key of redlock.ScriptHashes), by EVALSHA or by EVAL.
+func isScript(name, cmd string, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	want := redlock.ScriptHashes[name]
+	switch cmd {
+	case "EVALSHA":
+		return args[0] == want
+	case "EVAL":
+		sum := sha1.Sum([]byte(args[0]))
+		return hex.EncodeToString(sum[:]) == want
+	}
+	return false
 }
