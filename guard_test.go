@@ -18,7 +18,7 @@ import (
 )
 
 // secondClient is another process's Client over the same nodes.
-func (c *cluster) secondClient(t testing.TB, opts ...redlock.Option) *redlock.Client {
+func (c *cluster) secondClient(t testTB, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	clients := make([]redis.UniversalClient, len(c.nodes))
 	for i, nd := range c.nodes {
@@ -413,5 +413,45 @@ func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
 			require.NoError(t, l.Release(ctx))
 			time.Sleep(time.Second)
 		}
+	})
+}
+
+// The write-back is owner-checked: one that reaches a node after our key
+// left it must not count towards the write-back majority. Here A's key
+// leaves node 1 through a clock jump (outside Redlock's limits) while A's
+// write-back to node 1 is on its way, and B takes the key on nodes 1 and 2
+// with a lower counter. Counting node 1 would hand A a lock that overlaps
+// B's, with a token that does not order them; the owner check makes A fail.
+func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		b := c.secondClient(t)
+		c.warmUp(t)
+		setCounterAhead(t, c.nodes[0], "report", time.Hour) // A's counters disagree: write-back to node 1
+		c.holdElsewhere(t, "report", 5*time.Millisecond, 2) // node 2 refuses A, frees up at 5 ms
+		c.nodes[1].SlowIf(10*time.Millisecond, func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+
+		type result struct {
+			l   *redlock.Lock
+			err error
+		}
+		done := make(chan result)
+		go func() {
+			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+			done <- result{l, err}
+		}()
+		time.Sleep(3 * time.Millisecond)
+		c.nodes[1].m.FastForward(10 * time.Second) // A's key expires on node 1
+		time.Sleep(3 * time.Millisecond)
+		lb, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "B takes nodes 1 and 2")
+		a := <-done
+		if a.err == nil {
+			assert.Greater(t, lb.Token(), a.l.Token(), "A got the lock after B: its token must be lower")
+			assert.False(t, a.l.Validity() > 0 && lb.Validity() > 0, "A and B both hold the lock")
+		}
+		require.ErrorIs(t, a.err, redlock.ErrNotAcquired, "A's write-back majority is gone")
+		assert.ErrorContains(t, a.err, "write-back")
 	})
 }

@@ -44,7 +44,7 @@ var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 // newTestNode starts node number i (its address is 127.0.0.1:7001+i). Its
 // client, then its server, are closed in t.Cleanup, which a bubble runs
 // inside the bubble.
-func newTestNode(t testing.TB, i int) *testNode {
+func newTestNode(t testTB, i int) *testNode {
 	t.Helper()
 	n := &testNode{m: miniredis.NewMiniRedis(), addr: fmt.Sprintf("127.0.0.1:%d", 7001+i)}
 	n.m.ClockTTL(true)
@@ -155,6 +155,15 @@ func (n *testNode) Value(key string) string {
 	return v
 }
 
+// testTB is what the cluster helpers need of a test: a *testing.T, or a
+// *rapid.T inside rapid.SyncTest (props_test.go).
+type testTB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	FailNow()
+}
+
 // cluster is N test nodes and a redlock Client over them.
 type cluster struct {
 	nodes []*testNode
@@ -163,7 +172,7 @@ type cluster struct {
 
 // newCluster starts n nodes and a Client over them (built with New, so the
 // node clients stay ours and are closed after the Client).
-func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	t.Helper()
 	c := &cluster{}
 	clients := make([]redis.UniversalClient, n)
