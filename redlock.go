@@ -555,9 +555,9 @@ type Lock struct {
 	attempts   int
 	nodes      []NodeResult
 	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
-	// vouch: the acquisition vouched for nodes (amnesia guard), so Release
-	// repeats the write-back where it deletes our key, in case it overtakes
-	// the write-back on a node.
+	// vouch: with the amnesia guard on, not every node granted in time with
+	// a trusted epoch, so vouching writes may still be on their way: Release
+	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
 	// released is set before Release sends its deletes, and shared by the
 	// handles Extend derives: a node whose grant arrives after that (a
@@ -587,7 +587,7 @@ func (l *Lock) Token() uint64 { return l.token }
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
 // AcquiredAt returns when the lock was handed out (after the quorum, and
-// the fencing write-back, answered). For an extended lock, when the extension
+// the fencing write-back when one was needed, answered). For an extended lock, when the extension
 // was.
 func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 

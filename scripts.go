@@ -189,14 +189,15 @@ return 0
 // releaseVouchScript is releaseScript for a lock whose acquisition vouched
 // for nodes (amnesia guard): where it deletes our key it also does the
 // write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
-// release may reach a node before the acquisition's write-back did. Both
-// keep their retention (KEEPTTL; HSET keeps a hash's TTL).
+// release may reach a node before the acquisition's write-back did. It only
+// changes a counter and an epoch that exist, which keep their retention
+// (KEEPTTL; HSET keeps a hash's TTL).
 var releaseVouchScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if c < tonumber(ARGV[2]) then
+  local c = redis.call('GET', KEYS[2])
+  if c and tonumber(c) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
   end
   if redis.call('EXISTS', KEYS[3]) == 1 then
