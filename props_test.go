@@ -134,7 +134,7 @@ type propNode struct {
 		d      time.Duration
 	}
 	nextFail string    // script whose next call fails
-	upset    time.Time // last dropped reply, failed call, kill or data loss
+	upset    time.Time // last dropped reply, failed call or kill
 }
 
 func (pn *propNode) setUpset() {
@@ -200,6 +200,7 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 		"release":        m.release,
 		"sleep":          m.sleep,
 		"loseData":       m.loseData,
+		"loseDataLate":   m.loseDataLate,
 		"kill":           m.kill,
 		"restart":        m.restart,
 		"delayReply":     m.delayReply,
@@ -433,7 +434,10 @@ func (m *model) minority() int { return (m.n - 1) / 2 }
 // loseData empties a node, as a restart without persistence. Only with the
 // guard on (off, the library promises nothing after a data loss), and at
 // most a minority of the nodes within one quarantine.
-func (m *model) loseData(t *rapid.T) {
+func (m *model) loseData(t *rapid.T) { m.wipe(t) }
+
+// wipe is loseData; it returns the node.
+func (m *model) wipe(t *rapid.T) int {
 	if !m.guard {
 		t.Skip("guard off: no data loss")
 	}
@@ -450,10 +454,24 @@ func (m *model) loseData(t *rapid.T) {
 		t.Skip("a minority already lost data in this quarantine")
 	}
 	m.nodes[i].m.FlushAll()
+	// Not an upset for checkVouched: a node that lost our key is not
+	// checked, and one that lost its data before our grant must be vouched.
 	m.nodes[i].wipes = append(m.nodes[i].wipes, time.Now())
-	m.nodes[i].setUpset()
 	m.stats.add(func(s *propStats) { s.lost++ })
 	m.logf("node %d loses its data", i)
+	return i
+}
+
+// loseDataLate is loseData plus a late reply to the node's next acquire
+// call: issue 9's schedules, where a node that lost its data grants after
+// the vote was decided (it must still be vouched for).
+func (m *model) loseDataLate(t *rapid.T) {
+	i := m.wipe(t)
+	pn := m.nodes[i]
+	pn.fmu.Lock()
+	pn.nextDelay.script, pn.nextDelay.d = "acquire", 10*time.Millisecond
+	pn.fmu.Unlock()
+	m.logf("node %d: next acquire call 10ms late", i)
 }
 
 func (m *model) kill(t *rapid.T) {
@@ -495,7 +513,9 @@ func (m *model) revive(i int) {
 	m.logf("node %d restarted", i)
 }
 
-var propScripts = []string{"acquire", "fence", "extend", "reput", "release", "releaseVouch"}
+// propScripts are the scripts a fault can hit; acquire's calls, the ones
+// whose late replies matter most, are drawn more often.
+var propScripts = []string{"acquire", "acquire", "acquire", "fence", "extend", "reput", "release", "releaseVouch"}
 
 // delayReply makes one node's next call of one script answer after the vote
 // is decided (within the per-node timeout).
@@ -596,7 +616,7 @@ func (m *model) check() {
 // checkVouched: with the guard on, every node that holds a valid holder's
 // key has a trusted epoch once the holder's follow-ups had time to land
 // (50 ms), however late the node's grant was, unless a reply was dropped,
-// a call failed, or a node was killed or emptied since the acquisition.
+// a call failed, or a node was killed since the acquisition.
 func (m *model) checkVouched(h *propHandle) {
 	m.t.Helper()
 	l := h.current()
