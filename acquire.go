@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,7 +231,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	acq, waitAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
 	waits := []func(){waitAcq}
 	grants := a.countVotes(key, acq)
-	result, ok := acq, acq.granted >= c.quorum
+	ok := acq.granted >= c.quorum
 	var (
 		token     uint64
 		cause     error
@@ -242,8 +243,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			fence, wait := a.writeBack(ctx, grants, token)
 			waits = append(waits, wait)
 			if fence.granted < c.quorum {
-				ok, result = false, fence
-				cause = fmt.Errorf("fencing write-back reached %d of %d nodes needed", fence.granted, c.quorum)
+				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		ok = false
 		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
 	}
-	c.observeAttempt(ctx, cfg, key, ok, result, acquiredAt.Sub(start), validity, ttl, cause)
+	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(start), validity, ttl, cause)
 
 	waitAll := func() {
 		for _, w := range waits {
@@ -281,8 +281,8 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		cause = callerEnded(ctx)
 	}
 	return nil, &QuorumError{
-		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: result.granted,
-		Nodes: result.results, Err: ErrNotAcquired, Cause: cause,
+		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
+		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
 	}, waitAll, nil
 }
 
@@ -379,6 +379,19 @@ func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (
 		}
 		return a.followUp(ctx, n, token, true, a.quarantine > 0 && g.t.epochs[i] != epochTrusted)
 	}, nil)
+}
+
+// writeBackError says how a write-back fell short: how many nodes had the
+// token, and what each node written to answered.
+func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
+	var b strings.Builder
+	for _, i := range g.idx {
+		if g.t.counters[i] < token {
+			r := fence.results[i]
+			fmt.Fprintf(&b, ", %s %s", r.Node, r.Outcome)
+		}
+	}
+	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", fence.granted, quorum, strings.TrimPrefix(b.String(), ","))
 }
 
 // finishGrants sends, in the background, what a successful acquisition's

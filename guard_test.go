@@ -339,7 +339,7 @@ func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
 		})
 		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.ErrorIs(t, err, redlock.ErrNotAcquired)
-		assert.ErrorContains(t, err, "write-back")
+		assert.ErrorContains(t, err, "fencing write-back: the token is on 1 of 2 nodes needed (written to 127.0.0.1:7001/0 error)")
 		time.Sleep(time.Minute)
 		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err, "a free key must be acquired within one quarantine")
