@@ -455,3 +455,28 @@ func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 		assert.ErrorContains(t, a.err, "write-back")
 	})
 }
+
+// The guard's limit: a data loss while other nodes are unreachable, so that
+// every node holding the key's history is emptied or down (here a majority
+// of the cluster: node 0 emptied, node 1 down), makes the key look brand new
+// and a second holder gets it. At most a minority of the nodes may be
+// emptied-or-down at once (docs/fencing.md, Limits).
+func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
+		c.nodes[2].refused.Store(true) // down while A takes the key: no history there
+		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		c.nodes[2].refused.Store(false)
+		c.nodes[0].m.FlushAll()
+		c.nodes[1].refused.Store(true)
+		l, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "beyond the limit the key looks brand new")
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeGranted}, outcomes(l.Nodes()))
+		assert.Positive(t, a.Validity())
+		assert.Positive(t, l.Validity())
+		c.nodes[1].refused.Store(false)
+	})
+}

@@ -20,8 +20,9 @@ import (
 // The model-based test of the lock's invariants (issue 9). rapid generates
 // schedules of client operations (Acquire, TryAcquire, two clients at once,
 // Extend longer and shorter, KeepAlive, Release) and node faults inside the
-// documented limits (lose data — guard on only, at most a minority within
-// one quarantine —, kill and restart, one reply delayed past the decision,
+// documented limits (lose data — guard on only, and while a node lost its
+// data in the last quarantine, the nodes that did plus those down stay a
+// minority —, kill and restart, one reply delayed past the decision,
 // one reply dropped, one script call failed, one node's clock advanced within
 // the drift budget), runs them on in-process nodes in fake time, and after
 // every step checks:
@@ -31,6 +32,8 @@ import (
 //     (nodes that lost their data since it was granted aside: the guard's
 //     case);
 //   - token order: each holder's token is above every earlier holder's;
+//   - vouching (guard on): a node that holds a valid holder's key is
+//     trusted, however late its grant;
 //
 // and at the end of each schedule:
 //
@@ -432,8 +435,8 @@ func (m *model) sleep(t *rapid.T) {
 func (m *model) minority() int { return (m.n - 1) / 2 }
 
 // loseData empties a node, as a restart without persistence. Only with the
-// guard on (off, the library promises nothing after a data loss), and at
-// most a minority of the nodes within one quarantine.
+// guard on (off, the library promises nothing after a data loss), and
+// within its limit (withinGuardLimit).
 func (m *model) loseData(t *rapid.T) { m.wipe(t) }
 
 // wipe is loseData; it returns the node.
@@ -442,16 +445,8 @@ func (m *model) wipe(t *rapid.T) int {
 		t.Skip("guard off: no data loss")
 	}
 	i := rapid.IntRange(0, m.n-1).Draw(t, "node")
-	recent := map[int]bool{i: true}
-	for j, pn := range m.nodes {
-		for _, w := range pn.wipes {
-			if time.Since(w) < propQuarantine {
-				recent[j] = true
-			}
-		}
-	}
-	if len(recent) > m.minority() {
-		t.Skip("a minority already lost data in this quarantine")
+	if !m.withinGuardLimit(i, true) {
+		t.Skip("a minority already lost data in this quarantine or is down")
 	}
 	m.nodes[i].m.FlushAll()
 	// Not an upset for checkVouched: a node that lost our key is not
@@ -474,10 +469,37 @@ func (m *model) loseDataLate(t *rapid.T) {
 	m.logf("node %d: next acquire call 10ms late", i)
 }
 
+// withinGuardLimit reports whether node i may fail (lose its data when
+// wipe, else go down) within the amnesia guard's limit: while some node
+// lost its data in the last quarantine, the nodes that did, together with
+// those down, stay a minority. (Beyond it a key can look brand new:
+// TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew.) Guard off, no data
+// is lost and nodes may go down freely.
+func (m *model) withinGuardLimit(i int, wipe bool) bool {
+	if !m.guard {
+		return true
+	}
+	faulty, wiped := map[int]bool{i: true}, wipe
+	for j, pn := range m.nodes {
+		if pn.down {
+			faulty[j] = true
+		}
+		for _, w := range pn.wipes {
+			if time.Since(w) < propQuarantine {
+				faulty[j], wiped = true, true
+			}
+		}
+	}
+	return !wiped || len(faulty) <= m.minority()
+}
+
 func (m *model) kill(t *rapid.T) {
 	i := rapid.IntRange(0, m.n-1).Draw(t, "node")
 	if m.nodes[i].down {
 		t.Skip("already down")
+	}
+	if !m.withinGuardLimit(i, false) {
+		t.Skip("beyond the guard's limit")
 	}
 	m.nodes[i].Refuse()
 	m.nodes[i].down = true

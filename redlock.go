@@ -234,7 +234,8 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 // nodes (by then every lock the node may have forgotten has expired); each
 // call uses at least its own TTL; one minute is a good start. The guard
 // holds while at most a minority of the nodes lose their data within one
-// quarantine. Costs: one small hash per key and node (kept for the
+// quarantine and, counting them, at most a minority is emptied or
+// unreachable at once. Costs: one small hash per key and node (kept for the
 // retention, see WithRetention), and on the first use of a key Acquire waits
 // for every node's answer (or its per-node timeout), since only then can it
 // tell a new key from a forgotten one (docs/fencing.md). It must not be
