@@ -99,6 +99,7 @@ type acquisition struct {
 	ttlMs      string
 	timeout    time.Duration
 	quarantine time.Duration // 0: guard off
+	seed       string        // proposed seed of new counters (µs), see seedProposal
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
 
 	mu    sync.Mutex
@@ -117,7 +118,7 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	if a.cfg.fencing {
 		fence = "1"
 	}
-	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence).Int64Slice()
+	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed).Int64Slice()
 	if err != nil {
 		return reply{err: err}
 	}
@@ -221,7 +222,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a := &acquisition{
 		c: c, cfg: cfg, ctx: context.WithoutCancel(ctx), keys: keys, owner: owner,
 		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
-		released: new(atomic.Bool),
+		seed: seedProposal(time.Now()), released: new(atomic.Bool),
 	}
 	if cfg.quarantine > 0 {
 		a.quarantine = max(cfg.quarantine, ttl)
@@ -431,6 +432,19 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 		defer untrack()
 		wg.Wait()
 	}()
+}
+
+// seedLead is how far below its own clock a client proposes the seed of new
+// fencing counters: half the 50 ms window within which acquireScript takes
+// the proposal, so that nodes whose clocks are within 25 ms of the client's
+// all seed the same value.
+const seedLead = 25 * time.Millisecond
+
+// seedProposal is the seed, in microseconds, this attempt proposes for the
+// counters it creates. One proposal for all nodes lets their counters agree
+// on a key's first use, which spares the write-back round trip.
+func seedProposal(now time.Time) string {
+	return strconv.FormatInt(now.Add(-seedLead).UnixMicro(), 10)
 }
 
 // retentionMs is the retention in milliseconds, as the scripts take it.

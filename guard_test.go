@@ -99,7 +99,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 		ctx := context.Background()
 		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err)
-		first := uint64(time.Now().UnixMicro()) + 1 // seeded from the node clocks
+		first := firstToken(time.Now())
 		assert.Equal(t, first, l.Token())
 		synctest.Wait() // the write-back's stragglers
 		for i, nd := range c.nodes {
@@ -329,10 +329,10 @@ func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		c.warmUp(t)
 		c.nodes[2].Refuse()
-		// Node 1 grants 1 ms later, so its clock-seeded counter is higher
-		// than node 0's: the counters disagree and node 0 needs the
+		// Node 1's counter is ahead (a fresh key's epochs, a counter from an
+		// earlier use): the counters disagree and node 0 needs the
 		// write-back, which fails once.
-		c.nodes[1].SlowIf(time.Millisecond, func(cmd string, args []string) bool { return isScript("acquire", cmd, args) })
+		setCounterAhead(t, c.nodes[1], "report", time.Hour)
 		var failures atomic.Int32
 		c.nodes[0].FailIf(func(cmd string, args []string) bool {
 			return isScript("fence", cmd, args) && failures.Add(1) == 1

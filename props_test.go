@@ -77,7 +77,8 @@ func propSchedules() int {
 const (
 	propQuarantine = time.Minute
 	propRetention  = 2 * time.Minute
-	propLatency    = time.Millisecond // every script call; keeps grants apart in time
+	propLatency    = time.Millisecond       // every script call; keeps grants apart in time
+	propRestart    = 100 * time.Millisecond // a node that lost its data is down at least this long
 )
 
 var propTTLs = []time.Duration{time.Second, 2 * time.Second}
@@ -128,6 +129,7 @@ func (h *propHandle) current() *redlock.Lock {
 type propNode struct {
 	*testNode
 	down  bool
+	back  time.Time   // a node that lost its data restarts no sooner
 	wipes []time.Time // when it lost its data
 	ffs   []ffRecord  // clock advances (TTLs shortened)
 
@@ -448,10 +450,18 @@ func (m *model) wipe(t *rapid.T) int {
 	if !m.withinGuardLimit(i, true) {
 		t.Skip("a minority already lost data in this quarantine or is down")
 	}
-	m.nodes[i].m.FlushAll()
+	// A restart without persistence: the node is down, comes back empty,
+	// and a restart takes time (propRestart; docs/fencing.md, assumption C).
 	// Not an upset for checkVouched: a node that lost our key is not
 	// checked, and one that lost its data before our grant must be vouched.
-	m.nodes[i].wipes = append(m.nodes[i].wipes, time.Now())
+	pn := m.nodes[i]
+	if !pn.down {
+		pn.Refuse()
+		pn.down = true
+	}
+	pn.m.FlushAll()
+	pn.back = time.Now().Add(propRestart)
+	pn.wipes = append(pn.wipes, time.Now())
 	m.stats.add(func(s *propStats) { s.lost++ })
 	m.logf("node %d loses its data", i)
 	return i
@@ -521,9 +531,13 @@ func (m *model) restart(t *rapid.T) {
 	m.revive(rapid.SampledFrom(down).Draw(t, "node"))
 }
 
-// revive restarts a killed node with its data.
+// revive restarts a killed node with its data (a node that lost its data
+// once its restart time has passed).
 func (m *model) revive(i int) {
 	pn := m.nodes[i]
+	if d := time.Until(pn.back); d > 0 {
+		time.Sleep(d)
+	}
 	conn, err := pn.m.Dial() // starts a new in-memory server
 	if err != nil {
 		m.fatalf("restart node %d: %v", i, err)

@@ -45,10 +45,11 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				assert.Equal(t, "report", l.Key())
 				assert.Equal(t, ttl10s, l.TTL())
 				assert.Equal(t, 1, l.Attempts())
-				// A fresh key's counters are seeded from the nodes' clocks in
-				// microseconds (the bubble's, on every node) and incremented
-				// with the grant: they agree, so no write-back is needed.
-				token := uint64(start.UnixMicro()) + 1
+				// A fresh key's counters are seeded with the client's
+				// proposal (its clock in µs, 25 ms back), which every node
+				// accepts, and incremented with the grant: they agree, so no
+				// write-back is needed.
+				token := firstToken(start)
 				assert.Equal(t, token, l.Token(), "first holder of a fresh key")
 				assert.Equal(t, ttl10s-drift, l.ValidUntil().Sub(start))
 				assert.Equal(t, ttl10s-drift, l.Validity())
@@ -195,7 +196,7 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 		// The option also works per call.
 		l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithFencing(true))
 		require.NoError(t, err)
-		assert.Equal(t, uint64(time.Now().UnixMicro())+1, l.Token(), "seeded from the node clock")
+		assert.Equal(t, firstToken(time.Now()), l.Token(), "seeded from the clock")
 		require.NoError(t, l.Release(ctx))
 	})
 }

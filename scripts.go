@@ -26,20 +26,11 @@ const (
 	codeTaken   = -1
 )
 
-// Two Lua fragments the scripts below share. keep(k, r) gives key k a
-// retention of r milliseconds unless it already has a longer one (or none
-// because it does not exist): bookkeeping expires once a name is idle, and a
-// client with a shorter retention never cuts another's. micros() is the
+// luaHelpers holds a Lua fragment the scripts below share: micros() is the
 // node's clock in microseconds as a decimal string, built from TIME's two
 // fields without floating point (Lua numbers would print 16 digits as
 // "1.7e+15").
 const luaHelpers = `
-local function keep(k, r)
-  local p = redis.call('PTTL', k)
-  if p == -1 or (p >= 0 and p < r) then
-    redis.call('PEXPIRE', k, r)
-  end
-end
 local function micros()
   local t = redis.call('TIME')
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
@@ -50,15 +41,19 @@ end
 // ARGV[2] the TTL in milliseconds, ARGV[3] the amnesia guard's quarantine in
 // milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
 // bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
-// on. It returns {code, counter, epoch state, epoch age in ms}.
+// on, ARGV[6] the client's proposed seed (see below). It returns {code,
+// counter, epoch state, epoch age in ms}.
 //
 // With fencing on, a grant increments the key's fencing counter in the same
 // atomic step as the SET NX and returns the new value; a counter that does
 // not exist (first use on this node, the node lost its data, or the name was
-// idle for the retention) is first seeded from the node's clock in
-// microseconds, so that it starts above every token handed out before
-// (docs/fencing.md states the clock assumption). A later grant on this node
-// happens after this grant's key is gone, so it returns a higher counter.
+// idle for the retention) is first seeded from the clock in microseconds, so
+// that it starts above every token handed out before (docs/fencing.md states
+// the clock assumption). The seed is the client's proposal when it lies
+// within 50 ms below the node's clock (so that the nodes of one acquisition
+// seed the same value and agree, with no write-back), else the node's clock.
+// A later grant on this node happens after this grant's key is gone, so it
+// returns a higher counter.
 //
 // The epoch state says whether this node's copy of the key's history can be
 // trusted (amnesia guard):
@@ -80,11 +75,17 @@ end
 local r = tonumber(ARGV[4])
 local c = 0
 if ARGV[5] == '1' then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], micros())
-  end
   c = redis.call('INCR', KEYS[2])
-  keep(KEYS[2], r)
+  if c == 1 then -- the counter did not exist: seed it
+    local seed, now = ARGV[6], micros()
+    local d = tonumber(now) - tonumber(seed)
+    if not (d >= 0 and d <= 50000) then
+      seed = now
+    end
+    redis.call('SET', KEYS[2], seed)
+    c = redis.call('INCR', KEYS[2])
+  end
+  redis.call('PEXPIRE', KEYS[2], r)
 end
 local q = tonumber(ARGV[3])
 if q < 0 then
@@ -95,10 +96,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = redis.call('HMGET', KEYS[3], 'born', 'trusted')
 if not e[1] then
   redis.call('HSET', KEYS[3], 'born', now)
-  keep(KEYS[3], r)
+  redis.call('PEXPIRE', KEYS[3], r)
   return {1, c, 2, 0}
 end
-keep(KEYS[3], r)
+redis.call('PEXPIRE', KEYS[3], r)
 local age = now - tonumber(e[1])
 if e[2] == '1' then
   return {1, c, 0, age}
@@ -124,7 +125,7 @@ const (
 // (the amnesia guard's vouching), and both get the retention ARGV[4] (ms).
 // The owner check orders the write before any later grant on this node,
 // which is what makes tokens increase across holders; see docs/fencing.md.
-var fenceScript = redis.NewScript(luaHelpers + `
+var fenceScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then return -1 end
@@ -136,13 +137,13 @@ if ARGV[2] ~= '0' then
   if not c or tonumber(c) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
   end
-  keep(KEYS[2], r)
+  redis.call('PEXPIRE', KEYS[2], r)
 end
 if ARGV[3] == '1' then
   local t = redis.call('TIME')
   redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   redis.call('HSET', KEYS[3], 'trusted', '1')
-  keep(KEYS[3], r)
+  redis.call('PEXPIRE', KEYS[3], r)
 end
 return 1
 `)
@@ -154,7 +155,7 @@ return 1
 // fenceScript does for a grant: counter := max(counter, ARGV[3]) unless
 // ARGV[3] is "0", the epoch vouched for by this holder when ARGV[4] = "1",
 // retention ARGV[5] ms. Codes: 1 put back, -1 taken.
-var reputScript = redis.NewScript(luaHelpers + `
+var reputScript = redis.NewScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -1
 end
@@ -164,13 +165,13 @@ if ARGV[3] ~= '0' then
   if not c or tonumber(c) < tonumber(ARGV[3]) then
     redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
   end
-  keep(KEYS[2], r)
+  redis.call('PEXPIRE', KEYS[2], r)
 end
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
   redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   redis.call('HSET', KEYS[3], 'trusted', '1')
-  keep(KEYS[3], r)
+  redis.call('PEXPIRE', KEYS[3], r)
 end
 return 1
 `)
@@ -216,15 +217,15 @@ return 0
 // the key while an earlier handle still counts on it. It never creates the
 // key: an expired lock stays expired (Lock.Extend may put it back, see
 // reputScript).
-var extendScript = redis.NewScript(luaHelpers + `
+var extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   local r = tonumber(ARGV[3])
-  keep(KEYS[2], r)
-  keep(KEYS[3], r)
+  redis.call('PEXPIRE', KEYS[2], r)
+  redis.call('PEXPIRE', KEYS[3], r)
   return 1
 end
 if v then return -1 end
