@@ -466,17 +466,20 @@ func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
-		c.nodes[2].refused.Store(true) // down while A takes the key: no history there
+		c.nodes[2].Refuse() // down while A takes the key: no history there
 		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err)
-		c.nodes[2].refused.Store(false)
+		c.nodes[2].Revive(t)
 		c.nodes[0].m.FlushAll()
-		c.nodes[1].refused.Store(true)
+		c.nodes[1].Refuse()
 		l, err := b.TryAcquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err, "beyond the limit the key looks brand new")
 		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeGranted}, outcomes(l.Nodes()))
 		assert.Positive(t, a.Validity())
 		assert.Positive(t, l.Validity())
-		c.nodes[1].refused.Store(false)
+		// Refused dials start go-redis's re-dial loop, which ends within a
+		// second of the client's Close.
+		_ = c.nodes[1].rc.Close()
+		time.Sleep(2 * time.Second)
 	})
 }

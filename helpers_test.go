@@ -140,6 +140,16 @@ func (n *testNode) Refuse() {
 	n.m.Close()
 }
 
+// Revive undoes Refuse: the node serves again, with the data it had.
+func (n *testNode) Revive(t testTB) {
+	t.Helper()
+	conn, err := n.m.Dial() // starts a new in-memory server
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	n.installHook()
+	n.refused.Store(false)
+}
+
 // Fail makes the node answer every command with a Redis error reply.
 func (n *testNode) Fail(msg string) { n.m.SetError(msg) }
 

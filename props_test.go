@@ -538,13 +538,7 @@ func (m *model) revive(i int) {
 	if d := time.Until(pn.back); d > 0 {
 		time.Sleep(d)
 	}
-	conn, err := pn.m.Dial() // starts a new in-memory server
-	if err != nil {
-		m.fatalf("restart node %d: %v", i, err)
-	}
-	_ = conn.Close()
-	pn.installHook()
-	pn.refused.Store(false)
+	pn.Revive(m.t)
 	pn.down = false
 	m.logf("node %d restarted", i)
 }

@@ -82,8 +82,7 @@ if ARGV[5] == '1' then
     if not (d >= 0 and d <= 50000) then
       seed = now
     end
-    redis.call('SET', KEYS[2], seed)
-    c = redis.call('INCR', KEYS[2])
+    c = redis.call('INCRBY', KEYS[2], seed) -- 1 + seed
   end
   redis.call('PEXPIRE', KEYS[2], r)
 end
