@@ -412,15 +412,18 @@ func (m *model) releaseHandle(h *propHandle) {
 }
 
 // dropExpired forgets handles whose validity ran out (their keys expire by
-// themselves).
+// themselves); a Lease among them is released.
 func (m *model) dropExpired() {
 	for _, h := range m.live() {
-		if h.current().Validity() <= 0 {
-			if h.lease != nil {
-				_ = h.lease.Release(context.Background())
-			}
-			h.released = true
+		if h.released || h.current().Validity() > 0 {
+			continue
 		}
+		if h.lease != nil {
+			// Releasing the Lease releases the lock: every handle of its
+			// owner is given up.
+			m.releaseHandle(h)
+		}
+		h.released = true
 	}
 }
 
@@ -628,8 +631,12 @@ func (m *model) check() {
 				}
 			}
 			if on+lost < quorum {
-				m.fatalf("exclusion: %s token %d valid for %v but on %d nodes (+%d that lost data), %d needed",
-					key, l.Token(), l.Validity(), on, lost, quorum)
+				var seen []string
+				for i, pn := range m.nodes {
+					seen = append(seen, fmt.Sprintf("node %d: %q ttl %v", i, pn.Value(l.Key()), pn.m.TTL(l.Key())))
+				}
+				m.fatalf("exclusion: %s token %d valid for %v but on %d nodes (+%d that lost data), %d needed %v",
+					key, l.Token(), l.Validity(), on, lost, quorum, seen)
 			}
 		}
 		if len(owners) > 1 {
