@@ -100,6 +100,7 @@ type acquisition struct {
 	timeout    time.Duration
 	quarantine time.Duration // 0: guard off
 	seed       string        // proposed seed of new counters (µs), see seedProposal
+	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
 
 	mu    sync.Mutex
@@ -118,7 +119,7 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	if a.cfg.fencing {
 		fence = "1"
 	}
-	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed).Int64Slice()
+	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed, a.seedNext).Int64Slice()
 	if err != nil {
 		return reply{err: err}
 	}
@@ -222,11 +223,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a := &acquisition{
 		c: c, cfg: cfg, ctx: context.WithoutCancel(ctx), keys: keys, owner: owner,
 		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
-		seed: seedProposal(time.Now()), released: new(atomic.Bool),
+		released: new(atomic.Bool),
 	}
 	if cfg.quarantine > 0 {
 		a.quarantine = max(cfg.quarantine, ttl)
 	}
+	a.seed, a.seedNext = seedProposal(time.Now())
 
 	start := time.Now()
 	acq, waitAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
@@ -441,10 +443,12 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 const seedLead = 25 * time.Millisecond
 
 // seedProposal is the seed, in microseconds, this attempt proposes for the
-// counters it creates. One proposal for all nodes lets their counters agree
-// on a key's first use, which spares the write-back round trip.
-func seedProposal(now time.Time) string {
-	return strconv.FormatInt(now.Add(-seedLead).UnixMicro(), 10)
+// counters it creates, and that seed + 1. One proposal for all nodes lets
+// their counters agree on a key's first use, which spares the write-back
+// round trip.
+func seedProposal(now time.Time) (seed, next string) {
+	s := now.Add(-seedLead).UnixMicro()
+	return strconv.FormatInt(s, 10), strconv.FormatInt(s+1, 10)
 }
 
 // retentionMs is the retention in milliseconds, as the scripts take it.

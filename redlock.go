@@ -745,8 +745,8 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 // was called on (the receiver, and every handle before it, keep their
 // deadlines).
 //
-// When a majority applied the extension in time, nodes that answered that
-// the key is gone (restarted empty, or expired it early) get it back, set
+// When a majority applied the extension in time, nodes that had answered
+// that the key is gone (restarted empty, or expired it early) get it back, set
 // only if absent with the time left, and, with the amnesia guard on, vouched
 // for by this holder: a lock kept alive survives rolling restarts of nodes
 // without persistence. It is never put where another owner holds the key,

@@ -41,7 +41,8 @@ end
 // ARGV[2] the TTL in milliseconds, ARGV[3] the amnesia guard's quarantine in
 // milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
 // bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
-// on, ARGV[6] the client's proposed seed (see below). It returns {code,
+// on, ARGV[6] the client's proposed seed and ARGV[7] that seed + 1 (see
+// below; Lua would print 16-digit numbers in exponent form). It returns {code,
 // counter, epoch state, epoch age in ms}.
 //
 // With fencing on, a grant increments the key's fencing counter in the same
@@ -76,15 +77,19 @@ local r = tonumber(ARGV[4])
 local c = 0
 if ARGV[5] == '1' then
   c = redis.call('INCR', KEYS[2])
-  if c == 1 then -- the counter did not exist: seed it
-    local seed, now = ARGV[6], micros()
-    local d = tonumber(now) - tonumber(seed)
-    if not (d >= 0 and d <= 50000) then
-      seed = now
+  if c ~= 1 then
+    redis.call('PEXPIRE', KEYS[2], r)
+  else -- the counter did not exist: seed it
+    local now = micros()
+    local d = tonumber(now) - tonumber(ARGV[6])
+    if d >= 0 and d <= 50000 then
+      redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
+      c = tonumber(ARGV[7])
+    else
+      c = redis.call('INCRBY', KEYS[2], now) -- 1 + now
+      redis.call('PEXPIRE', KEYS[2], r)
     end
-    c = redis.call('INCRBY', KEYS[2], seed) -- 1 + seed
   end
-  redis.call('PEXPIRE', KEYS[2], r)
 end
 local q = tonumber(ARGV[3])
 if q < 0 then
