@@ -51,7 +51,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		}
 		waits = append(waits, wait)
 		if lock != nil {
+			// The stragglers of this attempt, and the clean-up of the failed
+			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
+			lock.state = &lockState{}
+			lock.state.track(waitAll)
 			return lock, nil
 		}
 		last = qerr

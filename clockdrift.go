@@ -31,10 +31,18 @@ func Validity(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
 	return ttl - elapsed - Drift(ttl, driftFactor)
 }
 
-// checkTTL reports an error when ttl cannot give a positive validity: it must
-// be a whole number of milliseconds of at least 1 ms (Redis PX), above the
-// drift allowance, and above the per-node timeout (otherwise a single slow
-// node could use up the whole lock).
+// minValidity is the validity a TTL must still leave after the drift
+// allowance and one whole per-node timeout. An acquisition whose slowest
+// counted node answers just in time has used one per-node timeout (more with
+// the fencing write-back); a lock left with less than Redis's 1 ms expiry
+// precision could not be used for anything, so the TTL is useless.
+const minValidity = time.Millisecond
+
+// checkTTL reports an error when ttl cannot leave validity after one
+// per-node timeout: it must be a whole number of milliseconds of at least
+// 1 ms (Redis PX), and ttl − Drift(ttl) − nodeTimeout must be at least
+// minValidity. The error names the smallest TTL that passes with the same
+// drift factor and per-node timeout.
 func checkTTL(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: ttl %v is below Redis's 1 ms expiry precision", ErrInvalidArgument, ttl)
@@ -44,19 +52,46 @@ func checkTTL(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration)
 		// off there but counted in the validity time.
 		return fmt.Errorf("%w: ttl %v is not a whole number of milliseconds", ErrInvalidArgument, ttl)
 	}
-	if d := Drift(ttl, driftFactor); ttl <= d {
-		return fmt.Errorf("%w: ttl %v is not above the clock drift allowance %v (ttl × %g + 2 ms)", ErrInvalidArgument, ttl, d, driftFactor)
-	}
-	if nodeTimeout >= ttl {
-		return fmt.Errorf("%w: per-node timeout %v must be below the ttl %v", ErrInvalidArgument, nodeTimeout, ttl)
+	if !ttlUsable(ttl, driftFactor, nodeTimeout) {
+		least := "none (the drift factor is too close to 1)"
+		if m, ok := minTTL(driftFactor, nodeTimeout); ok {
+			least = m.String()
+		}
+		return fmt.Errorf("%w: ttl %v leaves no validity after the clock drift allowance %v (ttl × %g + 2 ms) and one per-node timeout %v (at least %v must remain); the smallest usable ttl with this drift factor and per-node timeout is %s (a shorter per-node timeout, WithNodeTimeout, allows shorter TTLs)",
+			ErrInvalidArgument, ttl, Drift(ttl, driftFactor), driftFactor, nodeTimeout, minValidity, least)
 	}
 	return nil
+}
+
+// ttlUsable reports whether ttl leaves at least minValidity after the drift
+// allowance and one per-node timeout.
+func ttlUsable(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration) bool {
+	return ttl-Drift(ttl, driftFactor)-nodeTimeout >= minValidity
+}
+
+// minTTL returns the smallest whole-millisecond TTL that ttlUsable accepts
+// for a fixed per-node timeout; false if it would not fit a Duration.
+func minTTL(driftFactor float64, nodeTimeout time.Duration) (time.Duration, bool) {
+	// ttl × (1 − factor) ≥ nodeTimeout + 2 ms + minValidity, up to Drift's
+	// rounding: start a little below and step up.
+	est := float64(nodeTimeout+expiryPrecision+minValidity) / (1 - driftFactor)
+	if est > float64(time.Duration(1<<62)) {
+		return 0, false
+	}
+	ttl := max(time.Duration(est).Truncate(time.Millisecond)-2*time.Millisecond, time.Millisecond)
+	for !ttlUsable(ttl, driftFactor, nodeTimeout) {
+		ttl += time.Millisecond
+	}
+	return ttl, true
 }
 
 // defaultNodeTimeout derives the per-node timeout from the TTL when the user
 // set none: 1% of the TTL, kept within [20 ms, 1 s]. The spec suggests 5–50 ms
 // for a 10 s TTL; the floor leaves room for a loaded machine, since a node that
-// times out only costs a vote, never safety. It never exceeds half the TTL.
+// times out only costs a vote, never safety. It does not shrink for short
+// TTLs (a timeout below what a node needs to answer fails every vote):
+// checkTTL rejects a TTL that the timeout would leave without validity, so
+// the shortest TTL with the defaults is 24 ms.
 func defaultNodeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/100, 20*time.Millisecond), time.Second, ttl/2)
+	return min(max(ttl/100, 20*time.Millisecond), time.Second)
 }

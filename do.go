@@ -65,9 +65,11 @@ func WithExtendInterval(d time.Duration) Option {
 
 // WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
 // after KeepAlive was called, it stops extending and ends its context with a
-// cause wrapping ErrHoldLimit. The keys then expire at their TTL unless
-// released first (Do releases them at once). 0 means no limit (the default);
-// a negative d gives ErrInvalidArgument. Acquire and Extend ignore it.
+// cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
+// TTL unless released first. Do releases the lock at once, at the limit,
+// even if its function ignores its context and keeps running. 0 means no
+// limit (the default); a negative d gives ErrInvalidArgument. Acquire and
+// Extend ignore it.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -128,9 +130,9 @@ type Lease struct {
 // opts override l's options for the Lease and its extensions (those that
 // matter: WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger,
 // WithObserver). KeepAlive returns ErrInvalidArgument for a bad option, an
-// interval not below l's validity or a node timeout not below its TTL, or
-// when another Lease already keeps l alive; ErrClosed if the Client is
-// closed. For a nested (reentrant) handle it returns a Lease that neither
+// interval not below l's validity, a per-node timeout that leaves l's TTL no
+// validity (see WithNodeTimeout), or when another Lease already keeps l
+// alive; ErrClosed if the Client is closed. For a nested (reentrant) handle it returns a Lease that neither
 // extends nor releases: its context ends with the outer holder's.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	cfg := l.cfg
@@ -164,7 +166,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	if l.client.closed.Load() {
 		return nil, ErrClosed
 	}
-	if !registerLease(s, l.owner) {
+	if !l.state.setLease(s) {
 		return nil, fmt.Errorf("%w: lock %q is already kept alive by another Lease", ErrInvalidArgument, l.key)
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
@@ -180,7 +182,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 // run extends the lock every interval until the Lease's context ends.
 func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc) {
 	defer close(s.done)
-	defer unregisterLease(s, l.owner)
+	defer l.state.clearLease(s)
 	defer stopHold()
 
 	// The validity deadline is watched by its own timer, not by this loop,
@@ -233,6 +235,8 @@ func attemptStart(l *Lock) time.Time {
 // fail ends the Lease's context with cause, and reports the loss if it was
 // this call that ended it.
 func (s *Lease) fail(cause error) {
+	// Every handle of the lock stops trusting it before the context says so.
+	s.Lock().state.ended.Store(true)
 	s.cancel(cause)
 	if context.Cause(s.ctx) == cause {
 		s.cfg.observe(s.ctx, Event{Op: OpLost, Key: s.Lock().key, Err: cause})
@@ -293,8 +297,12 @@ func (s *Lease) Release(ctx context.Context) error {
 // Do acquires the lock on key for ttl (as Acquire, with the same options),
 // runs fn with a context bound to the lock (as Lock.KeepAlive: extended in
 // the background, canceled the moment the lock can no longer be trusted),
-// and releases the lock when fn returns or panics. A panic propagates after
-// the release. When Do returns, no goroutine it started remains.
+// and releases the lock when fn returns or panics, or when the hold limit
+// (WithMaxHold) passes, whichever is first. A panic propagates after the
+// release. When Do returns, no goroutine it started remains: the extender,
+// and every node call of the acquisition, the extensions and the release
+// (the calls the votes did not wait for included, each bounded by the
+// per-node timeout).
 //
 // It returns:
 //   - the error of Acquire, without running fn, when the lock was not
@@ -312,7 +320,7 @@ func (s *Lease) Release(ctx context.Context) error {
 // the Observer. If ctx already holds key through this Client (Do nested in
 // Do, see Acquire), fn runs under the outer holder's lock and the outermost
 // Do releases it. opts may include WithExtendInterval and WithMaxHold.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -325,6 +333,8 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 			return err
 		}
 	}
+	ctx, end := cfg.startCall(ctx, OpDo, key)
+	defer func() { end(nil, err) }()
 	if heldLease(ctx, c, cfg.prefix+key) == nil {
 		if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 			return err
@@ -342,14 +352,31 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		_ = lock.Release(context.WithoutCancel(ctx))
 		return err
 	}
+	// At the hold limit the lock is released at once, even while fn still
+	// runs (its context has ended: work that ignores it runs without the
+	// lock). The watcher ends when fn returns, before Do does.
+	fnDone, watcherDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-lease.Done():
+			if errors.Is(lease.Err(), ErrHoldLimit) {
+				_ = lease.Release(context.WithoutCancel(ctx))
+			}
+		case <-fnDone:
+		}
+	}()
+	stopWatcher := func() { close(fnDone); <-watcherDone }
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit
+			stopWatcher()
 			_ = lease.Release(context.WithoutCancel(ctx))
 		}
 	}()
 	fnErr := fn(lease.Context())
 	returned = true
+	stopWatcher()
 
 	cause := lease.Err()
 	_ = lease.Release(context.WithoutCancel(ctx)) // logged and observed by Release
@@ -360,40 +387,4 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return fmt.Errorf("%w; fn returned: %w", cause, fnErr)
 	}
 	return fnErr
-}
-
-// leases maps the owner value of every running Lease to it, so that
-// Lock.Release on any handle of the lock stops its Lease.
-var leases = struct {
-	sync.Mutex
-	byOwner map[string]*Lease
-}{byOwner: map[string]*Lease{}}
-
-func registerLease(s *Lease, owner string) bool {
-	leases.Lock()
-	defer leases.Unlock()
-	if _, dup := leases.byOwner[owner]; dup {
-		return false
-	}
-	leases.byOwner[owner] = s
-	return true
-}
-
-func unregisterLease(s *Lease, owner string) {
-	leases.Lock()
-	defer leases.Unlock()
-	if leases.byOwner[owner] == s {
-		delete(leases.byOwner, owner)
-	}
-}
-
-// endLease stops the Lease that keeps l alive, if any: Lock.Release calls it
-// so that a released lock is no longer extended.
-func endLease(l *Lock) {
-	leases.Lock()
-	s := leases.byOwner[l.owner]
-	leases.Unlock()
-	if s != nil && s.client == l.client {
-		s.stop()
-	}
 }

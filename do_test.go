@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/d3b93e30/redlock"
 )
@@ -91,6 +92,60 @@ func TestDo_AutoExtensionKeepsLockForManyTTLs(t *testing.T) {
 		assert.InDelta(t, 90, exts, 1)
 		_, relOK := ev.count(redlock.OpRelease)
 		assert.Equal(t, 1, relOK)
+	})
+}
+
+// leakCheck runs goleak outside a synctest bubble, for a test inside one.
+// goleak retries for about half a second before it reports a goroutine, and
+// a check made inside the bubble would sleep on the bubble's fake clock,
+// letting every straggler finish first. Asked from inside the bubble, the
+// check runs in real time while the asking goroutine waits on a channel made
+// outside the bubble: the bubble is then not durably blocked, so its clock
+// stands still and the check sees exactly what was running when it was
+// asked. Make it outside the bubble.
+type leakCheck struct {
+	ask    chan []goleak.Option
+	answer chan error
+}
+
+func newLeakCheck(t *testing.T) *leakCheck {
+	lc := &leakCheck{ask: make(chan []goleak.Option), answer: make(chan error)}
+	go func() {
+		for opts := range lc.ask {
+			lc.answer <- goleak.Find(opts...)
+		}
+	}()
+	t.Cleanup(func() { close(lc.ask) })
+	return lc
+}
+
+// verifyNone fails the test if a goroutine is alive now that the options
+// do not ignore (goleak.IgnoreCurrent: those running when it was made). The in-process nodes'
+// per-connection goroutines are not counted: go-redis keeps connections
+// open in its pool.
+func (lc *leakCheck) verifyNone(t *testing.T, base ...goleak.Option) {
+	t.Helper()
+	const peer = "github.com/alicebob/miniredis/v2/server.(*Server).servePeer"
+	lc.ask <- append([]goleak.Option{goleak.IgnoreAnyFunction(peer), goleak.IgnoreAnyFunction(peer + ".func2")}, base...)
+	require.NoError(t, <-lc.answer, "goroutines left running")
+}
+
+// Do's doc promises that no goroutine it started remains when it returns.
+// Redlock does not wait for a slow node to decide a vote, so the calls to
+// that node outlive the acquisition; Do must still wait for them.
+func TestDo_NoGoroutineLeftWhenItReturns(t *testing.T) {
+	lc := newLeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.nodes[2].SlowAcquire(50 * time.Millisecond)
+		base := goleak.IgnoreCurrent()
+		start := time.Now()
+		err := c.rl.Do(context.Background(), "job", ttl10s, func(context.Context) error { return nil })
+		require.NoError(t, err)
+		lc.verifyNone(t, base)
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Do waited for the slow node's calls")
+		c.requireNoKey(t, "job")
 	})
 }
 
@@ -527,5 +582,38 @@ func TestInspect(t *testing.T) {
 		_, err = c.rl.Inspect(ctx, "")
 		assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		settleDials()
+	})
+}
+
+// At the hold limit Do releases the lock at once, even though fn ignores
+// its context and keeps working: the keys must not wait for their TTL.
+func TestDo_HoldLimitReleasesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &eventLog{}
+		c := newCluster(t, 3, redlock.WithObserver(ev))
+		const (
+			ttl   = time.Second
+			limit = 2500 * time.Millisecond
+		)
+		start := time.Now()
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+			time.Sleep(limit - time.Millisecond)
+			assert.Equal(t, 3, c.holders("job"), "held until the limit")
+			latest, err := c.rl.Acquire(ctx, "job", ttl) // the nested handle of the latest extension
+			require.NoError(t, err)
+			assert.Positive(t, latest.Validity())
+			time.Sleep(time.Millisecond)
+			synctest.Wait() // the release, made at the limit
+			assert.Equal(t, limit, time.Since(start))
+			assert.Zero(t, c.holders("job"), "released at the limit, not a TTL after the last extension")
+			assert.True(t, time.Now().Before(latest.ValidUntil()))
+			assert.LessOrEqual(t, latest.Validity(), time.Duration(0), "released: not to be trusted")
+			assert.ErrorIs(t, context.Cause(ctx), redlock.ErrHoldLimit)
+			time.Sleep(3 * time.Second) // fn ignores its context
+			return nil
+		}, redlock.WithMaxHold(limit))
+		assert.ErrorIs(t, err, redlock.ErrHoldLimit)
+		_, relOK := ev.count(redlock.OpRelease)
+		assert.Equal(t, 1, relOK, "one release")
 	})
 }

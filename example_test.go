@@ -214,3 +214,172 @@ func ExampleClient_TryAcquire() {
 	// node 3: pending
 	// node 4: pending
 }
+
+// startNodes starts n in-process Redis servers (miniredis) for the examples
+// and returns their URLs and a function that stops them.
+func startNodes(n int) (urls []string, stop func()) {
+	var nodes []*miniredis.Miniredis
+	for range n {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		nodes = append(nodes, m)
+		urls = append(urls, "redis://"+m.Addr())
+	}
+	return urls, func() {
+		for _, m := range nodes {
+			m.Close()
+		}
+	}
+}
+
+// Do holds the lock while a function runs: it acquires the lock, extends it
+// in the background (every TTL/3 by default), and releases it when the
+// function returns. The function's context ends the moment the lock can no
+// longer be trusted, so pass it to everything the work does. When Do
+// returns, the lock is released and nothing Do started is still running.
+func ExampleClient_Do() {
+	urls, stop := startNodes(3)
+	defer stop()
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	var token uint64
+	err = client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context) error {
+		// Acquire with Do's context returns the held lock (see the
+		// reentrant example): here, to read its fencing token.
+		lock, err := client.Acquire(ctx, "report:acme", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		token = lock.Token()
+		fmt.Println("building the report with a fencing token:", token > 0)
+		return ctx.Err() // ... the work, stopping if the lock is lost ...
+	})
+	if errors.Is(err, redlock.ErrNotAcquired) {
+		fmt.Println("another worker has it")
+		return
+	}
+	fmt.Println("done:", err)
+
+	// Released: the next holder gets it at once, with a greater token.
+	next, err := client.TryAcquire(ctx, "report:acme", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Tokens start from a node's clock in microseconds: only their order
+	// carries meaning.
+	fmt.Println("next token is greater:", next.Token() > token)
+	_ = next.Release(ctx)
+	// Output:
+	// building the report with a fencing token: true
+	// done: <nil>
+	// next token is greater: true
+}
+
+// KeepAlive keeps a lock you acquired yourself alive in the background. Its
+// context ends when an extension fails or the validity runs out first; Err
+// says why. Release stops the extensions and releases the lock.
+func ExampleLock_KeepAlive() {
+	urls, stop := startNodes(3)
+	defer stop()
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Acquire(ctx, "import", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Extend every 50 ms (the default is every TTL/3), to see it here.
+	lease, err := lock.KeepAlive(ctx, redlock.WithExtendInterval(50*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 { // three steps of work
+		select {
+		case <-lease.Done():
+			fmt.Println("lock lost, stopping:", lease.Err())
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	fmt.Println("extended while working:", lease.Lock().ValidUntil().After(lock.ValidUntil()))
+
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("lease ended by Release:", errors.Is(lease.Err(), context.Canceled))
+	fmt.Println("validity left after release:", lease.Lock().Validity() > 0)
+	// Output:
+	// extended while working: true
+	// lease ended by Release: true
+	// validity left after release: false
+}
+
+// A function that takes the lock itself can run on its own or inside Do on
+// the same key. Under Do, Acquire with Do's context (or one derived from it)
+// returns a nested handle on the lock already held, at once, instead of
+// waiting for its own holder until the TTL; releasing that handle leaves the
+// lock to the outermost holder. Any other context contends as usual.
+func ExampleClient_Acquire_reentrant() {
+	urls, stop := startNodes(3)
+	defer stop()
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	var last uint64 // the token of the last rebuild
+	rebuild := func(ctx context.Context) error {
+		lock, err := client.Acquire(ctx, "index", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer lock.Release(ctx)
+		fmt.Printf("rebuilding, token greater than the last: %v (nested: %v)\n", lock.Token() > last, lock.Attempts() == 0)
+		last = lock.Token()
+		return nil
+	}
+
+	ctx := context.Background()
+	if err := rebuild(ctx); err != nil { // on its own: takes the lock
+		log.Fatal(err)
+	}
+	err = client.Do(ctx, "index", 10*time.Second, func(ctx context.Context) error {
+		if err := rebuild(ctx); err != nil { // under Do: uses Do's lock
+			return err
+		}
+		states, err := client.Inspect(ctx, "index")
+		if err != nil {
+			return err
+		}
+		held := 0
+		for _, s := range states {
+			if s.Held {
+				held++
+			}
+		}
+		fmt.Println("still held after the nested release:", held >= client.Quorum())
+		_, err = client.TryAcquire(context.Background(), "index", 10*time.Second)
+		fmt.Println("another context must wait:", errors.Is(err, redlock.ErrNotAcquired))
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// rebuilding, token greater than the last: true (nested: false)
+	// rebuilding, token greater than the last: true (nested: true)
+	// still held after the nested release: true
+	// another context must wait: true
+}

@@ -17,15 +17,36 @@ func TestDefaultNodeTimeout(t *testing.T) {
 	for ttl, want := range map[time.Duration]time.Duration{
 		10 * time.Second:       100 * time.Millisecond, // 1%
 		30 * time.Second:       300 * time.Millisecond,
-		5 * time.Minute:        time.Second,             // capped at 1 s
-		time.Second:            20 * time.Millisecond,   // floor
-		15 * time.Millisecond:  7500 * time.Microsecond, // never above half the ttl
+		5 * time.Minute:        time.Second,           // capped at 1 s
+		time.Second:            20 * time.Millisecond, // floor
 		100 * time.Millisecond: 20 * time.Millisecond,
+		15 * time.Millisecond:  20 * time.Millisecond, // never below the floor: checkTTL rejects the ttl
 	} {
-		got := defaultNodeTimeout(ttl)
-		assert.Equal(t, want, got, "ttl %v", ttl)
-		assert.Less(t, got, ttl, "ttl %v: the timeout must leave validity", ttl)
+		assert.Equal(t, want, defaultNodeTimeout(ttl), "ttl %v", ttl)
 	}
+	assert.Error(t, checkTTL(15*time.Millisecond, DefaultDriftFactor, defaultNodeTimeout(15*time.Millisecond)))
+}
+
+// minTTL is the exact boundary of checkTTL: it passes, one millisecond less
+// does not, for drift factors and per-node timeouts across their range.
+func TestMinTTL_IsTheBoundary(t *testing.T) {
+	for _, f := range []float64{0, 0.001, 0.01, 0.1, 0.333, 0.5, 0.9, 0.99} {
+		for _, timeout := range []time.Duration{time.Microsecond, time.Millisecond, 1500 * time.Microsecond, 20 * time.Millisecond, 99 * time.Millisecond, time.Second, time.Minute} {
+			m, ok := minTTL(f, timeout)
+			if !assert.True(t, ok) {
+				continue
+			}
+			assert.NoError(t, checkTTL(m, f, timeout), "factor %g, timeout %v: minTTL %v passes", f, timeout, m)
+			if m > time.Millisecond {
+				err := checkTTL(m-time.Millisecond, f, timeout)
+				if assert.Error(t, err, "factor %g, timeout %v: %v fails", f, timeout, m-time.Millisecond) {
+					assert.Contains(t, err.Error(), "smallest usable ttl with this drift factor and per-node timeout is "+m.String())
+				}
+			}
+		}
+	}
+	_, ok := minTTL(1-1e-18, time.Second)
+	assert.False(t, ok, "no TTL fits when the drift factor rounds to 1")
 }
 
 func TestFenceKeySharesHashSlot(t *testing.T) {

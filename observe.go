@@ -16,6 +16,7 @@ const (
 	OpExtend  = "extend"  // one Extend call, by the caller or by a Lease
 	OpRelease = "release" // one Release call that went to the nodes
 	OpLost    = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
+	OpDo      = "do"      // one Do call (Tracer.StartCall only)
 )
 
 // Event describes one finished operation, for metrics and tracing. The
@@ -63,6 +64,29 @@ type Observer interface {
 	Observe(Event)
 }
 
+// Tracer is an Observer that also follows each call from its start to its
+// end, to open a trace span around it (the redlockotel module implements
+// it). When the Observer given to WithObserver is a Tracer, the Client calls
+// StartCall as a call begins and ObserveContext instead of Observe.
+type Tracer interface {
+	Observer
+	// StartCall is called when Acquire (not a reentrant one), Extend,
+	// Release (not of a nested handle) or Do begins, after its options were
+	// applied; op is OpAcquire, OpExtend, OpRelease or OpDo and key the key
+	// as the caller named it. The call then runs with the context StartCall
+	// returns, which must derive from ctx: the call's node requests, its
+	// Events and, for Do, the Lease and the context fn receives derive from
+	// it. The Client calls the returned function exactly once, when the call
+	// returns, with the Lock it returns (Acquire, Extend; nil otherwise) and
+	// its error (nil for a Do whose fn panicked: the panic goes on after
+	// it). Like Observe, both must be quick.
+	StartCall(ctx context.Context, op, key string) (context.Context, func(*Lock, error))
+	// ObserveContext receives each Event in place of Observe, with the
+	// context of the operation: the one StartCall returned for the call the
+	// Event belongs to, or a Lease's context for OpLost.
+	ObserveContext(ctx context.Context, e Event)
+}
+
 // ObserverFunc adapts a function to an Observer.
 type ObserverFunc func(Event)
 
@@ -72,10 +96,11 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 // WithObserver sets an Observer that receives an Event for every acquisition
 // attempt, extension, release and lost lock: a hook for metrics such as
 // attempt latency, votes, validity margin and lost locks. Default: none. It
-// must not be nil.
+// must not be nil, nor hold a nil function or pointer (ObserverFunc(nil)):
+// ErrInvalidArgument.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
-		if o == nil {
+		if isNil(o) {
 			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
 		}
 		c.observer = o
@@ -95,9 +120,19 @@ func (c config) observe(ctx context.Context, ev Event) {
 	if c.logger.Enabled(ctx, level) {
 		c.logger.LogAttrs(ctx, level, logMessage(ev), eventAttrs(ev)...)
 	}
-	if c.observer != nil {
+	if t, ok := c.observer.(Tracer); ok {
+		t.ObserveContext(ctx, ev)
+	} else if c.observer != nil {
 		c.observer.Observe(ev)
 	}
+}
+
+// startCall tells a Tracer that a call begins (see Tracer.StartCall).
+func (c config) startCall(ctx context.Context, op, key string) (context.Context, func(*Lock, error)) {
+	if t, ok := c.observer.(Tracer); ok {
+		return t.StartCall(ctx, op, key)
+	}
+	return ctx, func(*Lock, error) {}
 }
 
 func logMessage(ev Event) string {

@@ -2,12 +2,19 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"math"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -36,10 +43,28 @@ var badOptions = []struct {
 	{"zero exponential base", redlock.WithRetry(redlock.ExponentialRetry(0, time.Second, 0)), "ExponentialRetry"},
 	{"exponential max below base", redlock.WithRetry(redlock.ExponentialRetry(time.Second, time.Millisecond, 0)), "ExponentialRetry"},
 	{"negative exponential tries", redlock.WithRetry(redlock.ExponentialRetry(time.Millisecond, time.Second, -1)), "ExponentialRetry"},
+	{"nil retry pointer", redlock.WithRetry((*stopRetry)(nil)), "retry"},
 	{"nil owner generator", redlock.WithOwnerGenerator(nil), "owner generator"},
+	{"nil named owner generator", redlock.WithOwnerGenerator(ownerFunc(nil)), "owner generator"},
 	{"nil logger", redlock.WithLogger(nil), "logger"},
+	{"logger without handler", redlock.WithLogger(&slog.Logger{}), "logger"},
+	{"nil observer", redlock.WithObserver(nil), "observer"},
+	{"nil ObserverFunc", redlock.WithObserver(redlock.ObserverFunc(nil)), "observer"},
+	{"nil observer pointer", redlock.WithObserver((*eventLog)(nil)), "observer"},
+	{"zero extension interval", redlock.WithExtendInterval(0), "extension interval"},
+	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
+	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
+	{"negative quarantine", redlock.WithQuarantine(-time.Second), "quarantine"},
 	{"nil option", nil, "nil option"},
 }
+
+// stopRetry is a RetryPolicy with a pointer receiver, for typed nils.
+type stopRetry struct{}
+
+func (*stopRetry) NextRetry(int) (time.Duration, bool) { return 0, false }
+
+// ownerFunc is a named owner generator type, for typed nils.
+type ownerFunc func() (string, error)
 
 func requireInvalid(t *testing.T, err error, msg string) {
 	t.Helper()
@@ -227,4 +252,121 @@ func TestDial_CloseClosesConnections(t *testing.T) {
 	require.NoError(t, rl.Close())
 	_, err = rl.TryAcquire(context.Background(), "k", ttl10s)
 	require.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// Every option is checked by every call that takes options, before any round
+// trip: an invalid one never reaches an operation, where a typed nil function
+// would panic.
+func TestOptions_BadInputInEveryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		ev := &eventLog{}
+		c := newCluster(t, 3, redlock.WithObserver(ev))
+		l, err := c.rl.Acquire(ctx, "held", ttl10s)
+		require.NoError(t, err)
+		ran := false
+		for _, tc := range badOptions {
+			var err error
+			require.NotPanics(t, func() {
+				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context) error { ran = true; return nil }, tc.opt)
+			}, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Do: %s", tc.name)
+			assert.ErrorContains(t, err, tc.msg, "Do: %s", tc.name)
+			require.NotPanics(t, func() { _, err = c.rl.TryAcquire(ctx, "k", ttl10s, tc.opt) }, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "TryAcquire: %s", tc.name)
+			require.NotPanics(t, func() { _, err = l.KeepAlive(ctx, tc.opt) }, tc.name)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "KeepAlive: %s", tc.name)
+			assert.ErrorContains(t, err, tc.msg, "KeepAlive: %s", tc.name)
+		}
+		assert.False(t, ran, "fn never ran")
+		n, _ := ev.count(redlock.OpAcquire)
+		assert.Equal(t, 1, n, "no attempt was made with a bad option")
+		require.NoError(t, l.Release(ctx))
+		c.requireNoKey(t, "k")
+	})
+}
+
+// A TTL must leave validity after the drift allowance and one per-node
+// timeout: TTL − (TTL × factor + 2 ms) − timeout ≥ 1 ms. Each case is the
+// smallest TTL that passes, and the error for one millisecond less names it.
+func TestTTL_SmallestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []redlock.Option
+		min  time.Duration
+	}{
+		// The default per-node timeout for short TTLs is its 20 ms floor:
+		// 24 − 2.24 − 20 = 1.76 ms; 23 − 2.23 − 20 = 0.77 ms.
+		{"defaults", nil, 24 * time.Millisecond},
+		// 5 − 2.05 − 1 = 1.95 ms; 4 − 2.04 − 1 = 0.96 ms.
+		{"1 ms per-node timeout", []redlock.Option{redlock.WithNodeTimeout(time.Millisecond)}, 5 * time.Millisecond},
+		// 103 − 2 − 100 = 1 ms exactly.
+		{"no drift factor", []redlock.Option{redlock.WithDriftFactor(0), redlock.WithNodeTimeout(100 * time.Millisecond)}, 103 * time.Millisecond},
+		// 46 − 25 − 20 = 1 ms; 45 − 24.5 − 20 = 0.5 ms.
+		{"drift factor 0.5", []redlock.Option{redlock.WithDriftFactor(0.5)}, 46 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3, tc.opts...)
+				short := tc.min - time.Millisecond
+				_, err := c.rl.TryAcquire(ctx, "job", short)
+				requireInvalid(t, err, "smallest usable ttl with this drift factor and per-node timeout is "+tc.min.String())
+				err = c.rl.Do(ctx, "job", short, func(context.Context) error { return nil })
+				requireInvalid(t, err, "smallest usable ttl")
+
+				l, err := c.rl.TryAcquire(ctx, "job", tc.min)
+				require.NoError(t, err)
+				assert.Positive(t, l.Validity())
+				_, err = l.Extend(ctx, short)
+				requireInvalid(t, err, "smallest usable ttl")
+				l, err = l.Extend(ctx, tc.min)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}
+
+// linesLogger records what go-redis logs.
+type linesLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *linesLogger) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+func (l *linesLogger) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// The package doc's advice: go-redis's "failed to dial" lines for a dead
+// node go to the logger given to redis.SetLogger, not to the standard error.
+func TestGoRedisLogs_GoToSetLogger(t *testing.T) {
+	rec := &linesLogger{}
+	redis.SetLogger(rec)
+	defer redis.SetLogger(&logging.VoidLogger{}) // as the package doc shows, and as TestMain does
+	urls := make([]string, 3)
+	for i := range 2 {
+		m := miniredis.RunT(t)
+		urls[i] = "redis://" + m.Addr()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	urls[2] = "redis://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // a dead node: connections are refused
+
+	rl, err := redlock.Dial(urls)
+	require.NoError(t, err)
+	l, err := rl.TryAcquire(context.Background(), "job", ttl10s)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, rl.Close())
+	assert.Contains(t, rec.text(), "failed to dial")
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/d3b93e30/redlock"
 )
 
-// DESIGN §5: waiting for every node after the quorum is decided makes one
-// slow node slow down every acquisition.
+// The Redlock spec decides an attempt as soon as a majority granted it; a
+// library that waits for every node after that lets one slow node slow down
+// every acquisition.
 func TestAcquire_SlowMinorityDoesNotDelay(t *testing.T) {
 	for _, tc := range []struct{ nodes, slow int }{{3, 1}, {5, 2}, {7, 3}} {
 		t.Run(fmt.Sprintf("%d of %d nodes slow", tc.slow, tc.nodes), func(t *testing.T) {
@@ -96,8 +97,8 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 	}
 }
 
-// DESIGN §5: with an even N a 2–2 split must be recognised as a failure as
-// soon as the last vote is in, not wait for a timeout.
+// With an even N a 2–2 split must be recognised as a failure as soon as the
+// last vote is in, not wait for a timeout.
 func TestAcquire_EvenSplitFailsPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 4)

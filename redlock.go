@@ -12,6 +12,29 @@
 // (see docs/safety.md): a holder that pauses past its validity can overlap
 // with the next holder. Pass the fencing token to the resource you protect so
 // that it rejects the stale holder's writes (docs/fencing.md).
+//
+// Do runs a function under the lock, extending it while the function runs
+// and ending the function's context the moment the lock can no longer be
+// trusted; Lock.KeepAlive does the extending for a lock you hold yourself.
+// Both are reentrant through the context (see Client.Acquire). The examples
+// (ExampleClient_Do, ExampleLock_KeepAlive, ExampleClient_Acquire_reentrant)
+// show each use.
+//
+// # Logs from go-redis
+//
+// The package logs only through WithLogger, and never by default. go-redis,
+// which talks to the nodes, has its own process-wide logger that writes to
+// the standard error: while a node is down it prints a line such as
+// "redis: connection pool: failed to dial after 1 attempts: ... connection
+// refused" for each failed connection. Every node's outcome is already in the
+// errors (QuorumError) and Events this package returns, so you may silence
+// those lines, or send them to your own logger, once at start-up:
+//
+//	redis.SetLogger(&logging.VoidLogger{}) // github.com/redis/go-redis/v9/logging
+//
+// or pass redis.SetLogger any value with a method
+// Printf(ctx context.Context, format string, v ...any). It applies to every
+// go-redis client in the process.
 package redlock
 
 import (
@@ -21,7 +44,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,8 +61,10 @@ import (
 // and ErrNoQuorum.
 var (
 	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
-	// client, a malformed URL, an empty key, a TTL not above the drift, a
-	// negative factor or timeout.
+	// client, a malformed URL, an empty key, a TTL too short to leave
+	// validity after the drift allowance and one per-node timeout (the
+	// error names the smallest usable TTL), a negative factor or timeout,
+	// a nil function or pointer given to an option.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
 	// many nodes, too few nodes answered, the validity time ran out during the
@@ -169,9 +196,13 @@ func WithDriftFactor(factor float64) Option {
 }
 
 // WithNodeTimeout sets how long one node may take to answer one operation
-// before its vote counts as timed out. It must be positive and below every
-// TTL used. Default: 1% of the TTL, within [20 ms, 1 s] and at most half the
-// TTL (the spec suggests 5–50 ms for a 10 s TTL).
+// before its vote counts as timed out. It must be positive (else
+// ErrInvalidArgument), and every TTL used must leave at least 1 ms of
+// validity after it and the drift allowance: TTL − drift − timeout ≥ 1 ms
+// (else the call returns ErrInvalidArgument naming the smallest usable TTL).
+// Default: 1% of the TTL, within [20 ms, 1 s] (the Redlock spec suggests
+// 5–50 ms for a 10 s TTL), so the shortest TTL with the defaults is 24 ms;
+// set a shorter timeout for shorter TTLs.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -183,10 +214,11 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRetry sets the retry policy of Acquire (default DefaultRetry: retry
-// with jittered backoff until the context ends). It must not be nil.
+// with jittered backoff until the context ends). It must not be nil, nor hold
+// a nil function or pointer (RetryFunc(nil)): ErrInvalidArgument.
 func WithRetry(p RetryPolicy) Option {
 	return func(c *config) error {
-		if f, ok := p.(RetryFunc); p == nil || ok && f == nil {
+		if isNil(p) {
 			return fmt.Errorf("%w: nil retry policy", ErrInvalidArgument)
 		}
 		if v, ok := p.(interface{ validate() error }); ok {
@@ -211,10 +243,10 @@ func WithKeyPrefix(prefix string) Option {
 // WithOwnerGenerator sets the function that makes each attempt's owner
 // value (default RandomOwner). Values must be unique across all clients and
 // attempts, or two clients could release each other's lock; an empty value
-// is an error.
+// is an error. A nil gen gives ErrInvalidArgument.
 func WithOwnerGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
-		if gen == nil {
+		if isNil(gen) {
 			return fmt.Errorf("%w: nil owner generator", ErrInvalidArgument)
 		}
 		c.owner = gen
@@ -290,11 +322,12 @@ func WithRetention(d time.Duration) Option {
 // extension and release with its per-node outcomes; warn logs settings that
 // weaken the lock, failed extensions and releases, and lost locks (see
 // Lease). Owner values and passwords are never logged. Default: no logging.
-// It must not be nil.
+// It must not be nil, nor a Logger without a Handler (the zero slog.Logger):
+// ErrInvalidArgument.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		if l == nil || isNil(l.Handler()) {
+			return fmt.Errorf("%w: nil logger or logger without a handler", ErrInvalidArgument)
 		}
 		c.logger = l
 		return nil
@@ -379,17 +412,23 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // Dial returns a Client over nodes it connects to itself, one URL per node:
 // "redis://host:port", "rediss://host:port" for TLS,
-// "redis://user:password@host:port/db" for ACL users (see redis.ParseURL).
+// "redis://user:password@host:port/db" for ACL users (see redis.ParseURL),
+// or plain "host:port", which means "redis://host:port".
 // Its connections never re-send a command, honour the per-node timeout, and
-// make one quick dial attempt; Close closes them.
+// make one quick dial attempt; Close closes them. Dial does not contact the
+// nodes, so it cannot tell one server named twice by different host names
+// (127.0.0.1 and localhost): only the same address spelled the same way.
 //
-// It returns ErrInvalidArgument for zero URLs, a malformed URL, the same
-// address twice, or a bad option.
+// It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
+// outside 1..65535, the same address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	nodes := make([]*node, len(urls))
 	parsed := make([]*redis.Options, len(urls))
 	for i, u := range urls {
-		o, err := redis.ParseURL(u)
+		if !strings.Contains(u, "://") && u != "" {
+			u = "redis://" + u // host:port
+		}
+		o, err := parseNodeURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %d: %v", ErrInvalidArgument, i, redactErr(err, u))
 		}
@@ -407,6 +446,28 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		n.client, n.closer = rc, rc.Close
 	}
 	return c, nil
+}
+
+// parseNodeURL parses one node URL of Dial (see redis.ParseURL) and checks
+// that a TCP port is in 1..65535.
+func parseNodeURL(u string) (*redis.Options, error) {
+	if u == "" {
+		return nil, errors.New("empty URL")
+	}
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if o.Network == "tcp" {
+		_, port, err := net.SplitHostPort(o.Addr)
+		if err != nil {
+			return nil, err
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("port %q out of range 1..65535", port)
+		}
+	}
+	return o, nil
 }
 
 // tuneOptions applies the settings Redlock needs to a node we dial.
@@ -460,14 +521,19 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	return &Client{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}, nil
 }
 
-// isNil reports whether rc is nil or holds a nil pointer (a typed nil such
-// as (*redis.Client)(nil), whose methods would panic).
-func isNil(rc redis.UniversalClient) bool {
-	if rc == nil {
+// isNil reports whether v is nil or holds a nil function or pointer: a typed
+// nil such as ObserverFunc(nil) or (*redis.Client)(nil), stored in an
+// interface that is not nil, whose methods would panic when called.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(rc)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Func, reflect.Pointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // clientName names a user's client for logs, errors and duplicate checks.
@@ -543,6 +609,8 @@ func (c *Client) Close() error {
 
 // Lock is an acquired lock: an immutable handle, safe to share between
 // goroutines. Extend returns a new Lock; the old one keeps its old deadline.
+// The handles of one lock (the ones Extend returns, a Lease's, nested ones)
+// share whether the lock was released or lost, which Validity reports.
 type Lock struct {
 	client     *Client
 	cfg        config
@@ -564,6 +632,87 @@ type Lock struct {
 	// handles Extend derives: a node whose grant arrives after that (a
 	// straggler of the acquisition) is released by the late-reply path.
 	released *atomic.Bool
+	// state is shared by every handle of this lock: those Extend derives,
+	// the copies KeepAlive makes, and nested (reentrant) handles.
+	state *lockState
+}
+
+// lockState is what every handle of one acquired lock shares.
+type lockState struct {
+	// ended is set once the lock must no longer be trusted, whatever its
+	// deadline says: Release was called, or the Lease keeping it declared
+	// it lost. Validity reads it.
+	ended atomic.Bool
+
+	mu    sync.Mutex
+	lease *Lease        // the Lease keeping the lock alive; nil if none
+	calls int           // batches of node calls still running (track)
+	idle  chan struct{} // closed when calls drops to zero; nil while it is zero
+}
+
+// track counts a batch of node calls that outlived the operation that
+// started them (the stragglers of the acquisition, of an extension), until
+// wait returns. Release waits for them (waitCalls), so that a lock's node
+// calls have all ended when its Release returns. Each batch is bounded by the
+// per-node timeout.
+func (s *lockState) track(wait func()) {
+	s.mu.Lock()
+	if s.calls == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.calls++
+	s.mu.Unlock()
+	go func() {
+		wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.calls--; s.calls == 0 {
+			close(s.idle)
+			s.idle = nil
+		}
+	}()
+}
+
+// waitCalls blocks until every batch handed to track has ended.
+func (s *lockState) waitCalls() {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
+
+// setLease records s as the Lease keeping the lock alive; it returns false
+// when another Lease already does.
+func (s *lockState) setLease(l *Lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease != nil {
+		return false
+	}
+	s.lease = l
+	return true
+}
+
+// clearLease forgets l once it has stopped.
+func (s *lockState) clearLease(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == l {
+		s.lease = nil
+	}
+}
+
+// stopLease stops the Lease keeping the lock alive, if any, and waits for
+// its extender to end: a released lock must not be extended.
+func (s *lockState) stopLease() {
+	s.mu.Lock()
+	l := s.lease
+	s.mu.Unlock()
+	if l != nil {
+		l.stop()
+	}
 }
 
 // Key returns the key as passed to Acquire (without the prefix).
@@ -594,12 +743,24 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 
 // ValidUntil returns the validity deadline: the start of the attempt (or
 // extension) plus TTL minus the drift allowance. Past it the lock may have
-// expired on some node and another client may hold it.
+// expired on some node and another client may hold it. It does not change
+// when the lock is released or lost before it: Validity says so.
 func (l *Lock) ValidUntil() time.Time { return l.validUntil }
 
 // Validity returns the validity time left: zero or negative once the lock
-// must no longer be trusted. It reads the monotonic clock.
-func (l *Lock) Validity() time.Duration { return time.Until(l.validUntil) }
+// must no longer be trusted. That is when the deadline (ValidUntil) has
+// passed, and also, on every handle of the lock (those Extend returned, the
+// Lease's, nested ones), as soon as Release was called on any of them (a
+// nested handle's Release aside: the outermost holder releases) or a Lease
+// keeping the lock declared it lost (ErrLockLost). It reads the monotonic
+// clock.
+func (l *Lock) Validity() time.Duration {
+	left := time.Until(l.validUntil)
+	if l.state.ended.Load() {
+		return min(left, 0)
+	}
+	return left
+}
 
 // Attempts returns how many attempts the acquisition took.
 func (l *Lock) Attempts() int { return l.attempts }
@@ -611,7 +772,8 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 
 // Acquire takes the lock on key for ttl, retrying after a random delay while
 // the key is held elsewhere, until it succeeds, the retry policy gives up, or
-// ctx ends. One attempt (DESIGN §2, from the Redlock spec):
+// ctx ends. One attempt, as in the Redlock spec ("Distributed Locks with
+// Redis" at redis.io):
 //
 //  1. read the monotonic clock;
 //  2. send the acquire script to all N nodes at once, each with the per-node
@@ -628,8 +790,11 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // error if ctx ended), with every node's outcome in the last attempt; when it
 // returns, no key of its attempts is left on a node that answered in time,
 // and nodes that answered late are cleaned up before it returns. Bad
-// arguments give ErrInvalidArgument; a closed client ErrClosed. opts override
-// the client's options for this call.
+// arguments give ErrInvalidArgument; a closed client ErrClosed (also when
+// Close is called between attempts: then after the node calls of the earlier
+// attempts have ended). On success, the node calls that the vote did not
+// wait for may still run; the Lock's Release waits for them. opts override
+// the client's options for this call; Acquire does not modify the slice.
 //
 // Acquire is reentrant through ctx: when ctx is, or derives from, the context
 // of a Lease of this Client on the same key (Lease.Context, or the context Do
@@ -652,13 +817,17 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
 		return l, err
 	}
-	return c.acquire(ctx, key, ttl, cfg)
+	ctx, end := cfg.startCall(ctx, OpAcquire, key)
+	l, err := c.acquire(ctx, key, ttl, cfg)
+	end(l, err)
+	return l, err
 }
 
 // TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
 // once when the lock is held elsewhere.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	return c.Acquire(ctx, key, ttl, append(opts, WithRetry(NoRetry()))...)
+	// A new slice: appending to opts could write into the caller's array.
+	return c.Acquire(ctx, key, ttl, slices.Concat(opts, []Option{WithRetry(NoRetry())})...)
 }
 
 func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
@@ -677,24 +846,45 @@ func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner 
 // runs even if ctx is already canceled (a half-done release would leave keys
 // until their TTL); ctx's values are passed on.
 //
-// It returns nil when a majority of nodes confirmed the key is no longer ours
-// (deleted now, or already gone), so another client can acquire it; a
-// *QuorumError wrapping ErrNotHeld when no node still held it (the lock had
-// expired everywhere or was taken: nothing was deleted); and one wrapping
-// ErrNoQuorum when fewer than a majority of nodes could be reached (the
-// remaining keys expire at their TTL). After the Client is closed it returns
-// ErrClosed and leaves the keys to expire.
+// It returns, looking only at the nodes that answered (deleted, "not held" or
+// "taken"; an unreachable, timed-out or failing node did not):
 //
-// A nested (reentrant) handle's Release returns nil without a round trip. A
-// Lease that keeps this lock alive is stopped first.
+//   - a *QuorumError wrapping ErrNotHeld when a majority (N/2+1) answered
+//     that the key was not ours any more (expired, or held by another
+//     owner), whatever the other nodes answered: the lock had expired or
+//     been taken before this call, so the holder overran it. Keys of ours
+//     still found on other nodes are deleted all the same (Granted counts
+//     them);
+//   - a *QuorumError wrapping ErrNoQuorum when fewer than a majority
+//     answered: the outcome is unknown, and the keys not deleted expire at
+//     their TTL;
+//   - nil otherwise: a majority answered, and it is no longer ours on any
+//     of them (deleted now, or gone before), so another client can acquire it.
+//
+// After the Client is closed it returns ErrClosed and leaves the keys to
+// expire.
+//
+// Once Release is called the lock's Validity is zero or negative on every
+// handle, whatever the result. A Lease that keeps this lock alive is stopped
+// first. Release returns after every node call the lock started has ended:
+// those of the acquisition and of extensions that the vote did not wait for
+// (each bounded by the per-node timeout). A nested (reentrant) handle's
+// Release returns nil without a round trip.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
 	}
-	endLease(l) // a released lock must not be extended (do.go)
+	l.state.ended.Store(true)
+	l.state.stopLease() // a released lock must not be extended
+	ctx, end := l.cfg.startCall(ctx, OpRelease, l.key)
 	start := time.Now()
 	t, err := l.release(ctx)
 	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
+	// Node calls of this lock that were still running (stragglers of the
+	// acquisition and extensions, late grants being undone) end before
+	// Release returns: nothing the lock started outlives it.
+	l.state.waitCalls()
+	end(nil, err)
 	return err
 }
 
@@ -714,17 +904,20 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return c.releaseOp(ctx, n, l.keys, l.owner)
 	}, nil)
 	wait()
-	gone, deleted := 0, t.granted
+	deleted, notOurs := t.granted, 0
 	for _, r := range t.results {
-		if r.Outcome == OutcomeGranted || r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
-			gone++
+		if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+			notOurs++
 		}
 	}
 	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
 	switch {
-	case deleted == 0 && gone == len(c.nodes):
+	case notOurs >= c.quorum:
+		// A majority no longer held our key: the lock had expired (or was
+		// taken) before this release, whatever the other nodes say. The
+		// holder must learn that it overran its lock.
 		qe.Err = ErrNotHeld
-	case gone < c.quorum:
+	case deleted+notOurs < c.quorum:
 		qe.Err = ErrNoQuorum
 	default:
 		return t, nil
@@ -759,9 +952,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 // receiver stays valid until its own deadline). The context's error is
 // wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
 	start := time.Now()
 	next, t, err := l.extend(ctx, ttl)
 	l.observeOp(ctx, OpExtend, start, ttl, t, next, err)
+	end(next, err)
 	return next, err
 }
 
@@ -784,10 +979,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, qe
 	}
 	ttlMs, retMs := strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg)
-	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, wait := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		code, err := extendScript.Run(ctx, n.client, l.keys, l.owner, ttlMs, retMs).Int64()
 		return reply{code: code, err: err}
 	}, nil)
+	l.state.track(wait) // stragglers: Release waits for them
 	now := time.Now()
 	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {

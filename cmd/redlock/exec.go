@@ -6,14 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -50,51 +47,92 @@ a distributed flock(1), e.g. for a cron job installed on several hosts that
 must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
-after --grace. The lock is released when COMMAND exits.
+after --grace. The lock is released when COMMAND exits, or with --min-hold
+once that time has passed since it was taken. While it holds the lock,
+redlock keeps a record of the holder (host name, process id, since when)
+beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
+tag}), for 'redlock status' to show.
 
-COMMAND runs in its own process group, so that SIGTERM and SIGKILL reach its
-children too; SIGINT and SIGTERM received by redlock are forwarded to that
-group. COMMAND should therefore not read from the terminal. Its stdin, stdout
-and stderr are redlock's.
+COMMAND runs in a process group of its own under a small guard process.
+SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
+group, which gets SIGKILL if COMMAND is still running --grace later; then the
+lock is released. If redlock itself dies, even by SIGKILL, the group is
+killed at once, and what COMMAND leaves running in its group is killed when
+COMMAND exits: nothing runs on without the lock. COMMAND should not read
+from the terminal. Its stdin, stdout and stderr are redlock's.
 
 Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
 passwords there, not on the command line). Use an odd number of independent
-masters, e.g. 3 or 5.
+masters, e.g. 3 or 5; two URLs for one server (127.0.0.1 and localhost, or
+two database numbers) are refused.
+
+Once per cron tick, with --min-hold:
+  With the same crontab on several hosts, a job shorter than the hosts' skew
+  would run more than once per tick: the first host finishes and releases
+  the lock before a host whose cron fires a little later looks. --min-hold D
+  keeps the lock until D after it was taken, even when COMMAND ended sooner
+  (redlock waits, then releases), so every host that fires within D of the
+  first finds it busy. Pick D above the largest skew between the hosts
+  (clock difference plus cron's start-up delay) and below the period minus
+  that skew: the skew tolerated is the smaller of D and period − D, e.g.
+  --min-hold 30s for a job run every minute tolerates 30s, --min-hold 5m for
+  an hourly or nightly job tolerates 5m. Only the lock's TTL on the nodes and
+  each host's own elapsed time are used; hosts' clocks are never compared.
+  A COMMAND that runs past the next tick holds the lock, so that tick finds
+  it busy and is skipped, not queued. A COMMAND that fails (non-zero status)
+  also holds it until D: the tick is not run again elsewhere. With
+  --release-on-failure the lock is released at once instead, so that a host
+  still waiting for it (--wait, shorter than D) runs the tick again. A
+  signal during the wait ends it without a release: the keys expire at --ttl.
 
 Exit status:
   COMMAND's status  COMMAND ran with the lock held throughout (128+N if a
                     signal N killed it)
-  64                bad usage: flags, node URLs, missing COMMAND
-  69                too few nodes answered to take the lock
+  64                bad usage: flags, node URLs (a port outside 1..65535, one
+                    server named twice), missing COMMAND
+  69                too few nodes answered to take the lock; what each node
+                    answered is printed
+  70                internal error
   75                the lock is busy: another holder kept it for all of
-                    --wait (change with --busy-exit, e.g. 0 for cron)
+                    --wait (change with --busy-exit, e.g. 0 for cron); prints
+                    nothing unless -v
   79                the lock was lost while COMMAND ran; COMMAND was stopped
   126, 127          COMMAND could not be started, or was not found
-  70                internal error
-  130, 143          interrupted (SIGINT, SIGTERM) before COMMAND started
+  129, 130, 131, 143
+                    SIGHUP, SIGINT, SIGQUIT or SIGTERM (128+N) came before
+                    COMMAND started, or COMMAND was still running --grace
+                    after it was forwarded and was killed
+  COMMAND may itself exit with one of these numbers: with -v, redlock prints
+  "redlock exec: COMMAND exited with status N" on stderr, which tells a
+  COMMAND's own 75 or 79 from busy or lost.
 
 Example:
   export REDLOCK_NODES=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379,redis://:secret@10.0.0.3:6379
   redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
+
+  # crontab, the same on every host: one run per night, silent on the others
+  0 2 * * * redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
 
 Flags:
 `
 
 // execFlags are the parsed flags of the exec subcommand.
 type execFlags struct {
-	nodes       []string
-	key         string
-	ttl         time.Duration
-	wait        time.Duration
-	extendEvery time.Duration
-	grace       time.Duration
-	nodeTimeout time.Duration
-	quarantine  time.Duration
-	fenceEnv    string
-	busyExit    int
-	verbose     bool
-	command     []string
+	nodes            []string
+	key              string
+	ttl              time.Duration
+	wait             time.Duration
+	extendEvery      time.Duration
+	grace            time.Duration
+	nodeTimeout      time.Duration
+	quarantine       time.Duration
+	minHold          time.Duration
+	releaseOnFailure bool
+	fenceEnv         string
+	busyExit         int
+	verbose          bool
+	command          []string
 }
 
 // parseExecFlags parses args. On --help it prints the help to stdout; on bad
@@ -103,17 +141,19 @@ type execFlags struct {
 func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code int, ok bool) {
 	fs := flag.NewFlagSet("redlock exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodes := fs.String("nodes", "", "comma-separated node URLs (default $"+nodesEnv+")")
+	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	fs.StringVar(&f.key, "key", "", "the lock's key on the nodes (required)")
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
 	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 20ms..1s)")
 	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
+	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
+	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
-	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release to stderr")
+	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release, a busy lock and COMMAND's status to stderr")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
@@ -143,8 +183,10 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		return bad("no COMMAND given")
 	case f.ttl <= 0 || f.ttl%time.Millisecond != 0:
 		return bad("--ttl %v must be a positive whole number of milliseconds", f.ttl)
-	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0:
-		return bad("--wait, --grace, --extend-every, --node-timeout and --quarantine must not be negative")
+	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
+		return bad("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
+	case f.releaseOnFailure && f.minHold == 0:
+		return bad("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
 	case f.busyExit < 0 || f.busyExit > 255:
 		return bad("--busy-exit %d must be in 0..255", f.busyExit)
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
@@ -189,6 +231,42 @@ func splitNodes(s string) []string {
 	return out
 }
 
+// contactTimeout is the per-node timeout of the CLI's own requests (INFO
+// server at first contact, the holder record) when --node-timeout is not
+// given.
+const contactTimeout = time.Second
+
+// openNodes dials the nodes through the library and through the CLI's own
+// connections, and checks at first contact that no two URLs name one server.
+// On failure it prints why and returns the exit status.
+func openNodes(ctx context.Context, name string, urls []string, timeout time.Duration, stderr io.Writer, opts ...redlock.Option) (*redlock.Client, *nodeConns, int) {
+	quietRedis()
+	client, err := redlock.Dial(urls, opts...)
+	if err != nil { // the error names the node, without its password
+		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
+		return nil, nil, exitUsage
+	}
+	if timeout <= 0 {
+		timeout = contactTimeout
+	}
+	conns, err := dialNodes(urls, timeout)
+	if err == nil {
+		err = conns.checkDistinct(ctx)
+		if err != nil {
+			conns.close()
+		}
+	}
+	if err != nil {
+		_ = client.Close()
+		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
+		if errors.Is(err, errSameServer) {
+			return nil, nil, exitUsage
+		}
+		return nil, nil, exitSoftware
+	}
+	return client, conns, 0
+}
+
 // runExec implements `redlock exec`: it returns the process exit status.
 func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, code, ok := parseExecFlags(args, stdout, stderr)
@@ -204,48 +282,114 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts = append(opts, redlock.WithNodeTimeout(f.nodeTimeout))
 	}
 	opts = append(opts, redlock.WithQuarantine(f.quarantine))
-	quietRedis()
-	client, err := redlock.Dial(f.nodes, opts...)
-	if err != nil { // the error names the node, without its password
-		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-		return exitUsage
-	}
-	defer client.Close()
 
 	// Our own subscription, next to main's signal.NotifyContext: it tells
 	// which signal arrived, so that exactly that one is forwarded.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	lock, code := acquireForExec(ctx, client, f, sigs, stderr)
+	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, opts...)
+	if client == nil {
+		return code
+	}
+	defer client.Close()
+	defer conns.close()
+
+	lock, code := acquireForExec(ctx, client, conns, f, sigs, stderr)
 	if lock == nil {
 		return code
 	}
+	bg := context.WithoutCancel(ctx)
+	who := newHolder(lock)
+	conns.writeHolder(bg, f.key, who, f.ttl)
+
 	// The Lease must outlive ctx: when main's context is canceled by a
 	// signal, COMMAND is only asked to stop, and the lock must stay held
-	// until it has.
-	var holdOpts []redlock.Option
+	// until it has. stopKeeping ends the Lease without a release.
+	keepCtx, stopKeeping := context.WithCancel(bg)
+	defer stopKeeping()
+	extended := make(chan struct{}, 1)
+	holdOpts := []redlock.Option{redlock.WithObserver(redlock.ObserverFunc(func(ev redlock.Event) {
+		if ev.Op == redlock.OpExtend && ev.OK {
+			select {
+			case extended <- struct{}{}:
+			default:
+			}
+		}
+	}))}
 	if f.extendEvery > 0 {
 		holdOpts = append(holdOpts, redlock.WithExtendInterval(f.extendEvery))
 	}
-	lease, err := lock.KeepAlive(context.WithoutCancel(ctx), holdOpts...)
+	lease, err := lock.KeepAlive(keepCtx, holdOpts...)
 	if err != nil {
-		_ = lock.Release(context.WithoutCancel(ctx))
+		_ = lock.Release(bg)
+		conns.deleteHolder(bg, f.key, who)
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return exitSoftware
 	}
-	code = runCommand(ctx, f, lease, sigs, stdout, stderr)
-	if err := lease.Release(context.WithoutCancel(ctx)); err != nil && code != exitLost {
+	// The holder record follows the lock's extensions.
+	refreshDone := make(chan struct{})
+	go func() {
+		defer close(refreshDone)
+		for {
+			select {
+			case <-extended:
+				conns.refreshHolder(bg, f.key, who, f.ttl)
+			case <-lease.Done():
+				return
+			}
+		}
+	}()
+	defer func() { stopKeeping(); <-refreshDone }()
+
+	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, stderr)
+	if held && !holdFor(ctx, f, lock.AcquiredAt(), code, lease, sigs, stderr) {
+		return code // the keys, and the holder record, expire at their TTL
+	}
+	if err := lease.Release(bg); err != nil && code != exitLost {
 		// COMMAND's work is done; the keys that remain expire at the TTL.
 		fmt.Fprintf(stderr, "redlock exec: warning: release: %v\n", err)
 	}
+	conns.deleteHolder(bg, f.key, who)
 	return code
+}
+
+// holdFor keeps the lock after COMMAND ended with status code until
+// --min-hold has passed since it was acquired (see execHelp). It returns
+// false if a signal or ctx ended the wait: the lock is then not released.
+func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lease *redlock.Lease, sigs <-chan os.Signal, stderr io.Writer) bool {
+	left := f.minHold - time.Since(acquired)
+	if f.minHold == 0 || left <= 0 {
+		return true
+	}
+	if code != 0 && f.releaseOnFailure {
+		if f.verbose {
+			fmt.Fprintf(stderr, "redlock exec: COMMAND failed: releasing the lock now (--release-on-failure)\n")
+		}
+		return true
+	}
+	if f.verbose {
+		fmt.Fprintf(stderr, "redlock exec: holding the lock %v more (--min-hold %v)\n", left.Round(time.Millisecond), f.minHold)
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-lease.Done():
+		fmt.Fprintf(stderr, "redlock exec: warning: %v during --min-hold, after COMMAND had ended\n", lease.Err())
+		return true
+	case s := <-sigs:
+		fmt.Fprintf(stderr, "redlock exec: %v during --min-hold: leaving the lock to expire\n", s)
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // acquireForExec takes the lock, retrying while it is busy until --wait has
 // passed. It returns the lock, or nil and the exit status.
-func acquireForExec(ctx context.Context, client *redlock.Client, f execFlags, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int) {
+func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConns, f execFlags, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A signal while we wait for the lock ends the wait.
@@ -309,18 +453,25 @@ func acquireForExec(ctx context.Context, client *redlock.Client, f execFlags, si
 	if err == nil {
 		return lock, 0
 	}
+	var qe *redlock.QuorumError
+	errors.As(err, &qe)
 	switch {
 	case errors.Is(err, redlock.ErrInvalidArgument):
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return nil, exitUsage
 	case busy(err), ctx.Err() != nil:
-		fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
+		// Silent by default: the normal outcome on every host but one of a
+		// cron job, and cron mails any output.
+		if f.verbose {
+			fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
+		}
 		return nil, f.busyExit
-	case errors.Is(err, redlock.ErrNotAcquired):
-		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock: %v\n", err)
+	case qe != nil && errors.Is(err, redlock.ErrNotAcquired):
+		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
+		conns.describeNodes(stderr, qe.Nodes)
 		return nil, exitUnavailable
 	}
-	fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
 	return nil, exitSoftware
 }
 
@@ -340,101 +491,111 @@ func busy(err error) bool {
 	return false
 }
 
-// runCommand starts COMMAND, forwards signals to it, stops it if the lease
-// ends (the lock is lost), and returns the exit status.
-func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
-	cmd := exec.Command(f.command[0], f.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = os.Environ()
-	if f.fenceEnv != "" {
-		cmd.Env = append(cmd.Env, f.fenceEnv+"="+strconv.FormatUint(lease.Lock().Token(), 10))
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background child still holding a pipe must not keep us waiting
-	// (only when stdout/stderr are not files).
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
-	}
+// forwardedSignals are the signals redlock exec passes on to COMMAND.
+var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM}
 
-	var (
-		mu     sync.Mutex
-		exited bool
-	)
-	waited := make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		mu.Lock()
-		exited = true
-		mu.Unlock()
-		waited <- err
-	}()
-	// signalGroup signals COMMAND's process group, only while COMMAND has not
-	// been reaped: its pid, which names the group, may be reused after.
-	signalGroup := func(sig os.Signal) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !exited {
-			_ = syscall.Kill(-cmd.Process.Pid, sig.(syscall.Signal))
-		}
+// runCommand starts COMMAND, forwards signals to it, stops it if the lease
+// ends (the lock is lost) or --grace after a forwarded signal, and returns
+// the exit status. held reports whether COMMAND ran and exited on its own
+// with the lock held throughout, so that --min-hold applies.
+func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *nodeConns, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
+	env := os.Environ()
+	if f.fenceEnv != "" {
+		env = append(env, f.fenceEnv+"="+strconv.FormatUint(lease.Lock().Token(), 10))
+	}
+	j, err := startJob(f.command, env, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock exec: cannot start the job guard: %v\n", err)
+		return exitSoftware, false
 	}
 
 	ctxDone, leaseDone := ctx.Done(), lease.Done()
-	var grace <-chan time.Time
-	forwarded := false // a signal has been forwarded to COMMAND
+	var (
+		graceTimer *time.Timer
+		grace      <-chan time.Time // fires --grace after SIGTERM or a forwarded signal
+		killed     os.Signal        // the forwarded signal after which COMMAND was killed
+		got        os.Signal        // the first signal forwarded to COMMAND
+	)
+	startGrace := func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+		graceTimer = time.NewTimer(f.grace)
+		grace = graceTimer.C
+	}
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	forward := func(s os.Signal) {
+		j.signal(s.(syscall.Signal))
+		if got == nil { // a second signal does not postpone the SIGKILL
+			got = s
+			startGrace()
+		}
+	}
 	for {
 		select {
-		case <-waited:
-			status := exitStatus(cmd.ProcessState)
-			switch err := lease.Err(); {
-			case err == nil:
-				return status
-			case leaseDone != nil: // lost as COMMAND exited
-				fmt.Fprintf(stderr, "redlock exec: %v; COMMAND exited with status %d, but did not hold the lock throughout\n", err, status)
-			default:
-				fmt.Fprintf(stderr, "redlock exec: COMMAND stopped with status %d after the lock was lost\n", status)
+		case st := <-j.done:
+			if st.err != nil {
+				fmt.Fprintf(stderr, "redlock exec: %v\n", st.err)
+				return st.code, false
 			}
-			return exitLost
+			if f.verbose {
+				fmt.Fprintf(stderr, "redlock exec: COMMAND exited with status %d\n", st.code)
+			}
+			switch err := lease.Err(); {
+			case err == nil && killed != nil:
+				fmt.Fprintf(stderr, "redlock exec: COMMAND killed %v after %v\n", f.grace, killed)
+				return 128 + signalNumber(killed), false
+			case err == nil:
+				return st.code, got == nil
+			case leaseDone != nil: // lost as COMMAND exited
+				fmt.Fprintf(stderr, "redlock exec: %v; COMMAND exited with status %d, but did not hold the lock throughout\n", err, st.code)
+			default:
+				fmt.Fprintf(stderr, "redlock exec: COMMAND stopped with status %d after the lock was lost\n", st.code)
+			}
+			return exitLost, false
 		case s := <-sigs:
-			forwarded = true
-			signalGroup(s)
+			forward(s)
 		case <-ctxDone:
 			// Canceled by main's signal handling, or by an embedding caller.
 			// A signal reaches sigs at about the same time as it cancels ctx,
 			// not necessarily before: give it a moment, and forward only it.
 			ctxDone = nil
-			if forwarded {
+			if got != nil {
 				break
 			}
 			t := time.NewTimer(signalLag)
 			select {
 			case s := <-sigs:
-				signalGroup(s)
+				forward(s)
 			case <-t.C:
-				signalGroup(syscall.SIGTERM)
+				forward(syscall.SIGTERM)
 			}
 			t.Stop()
-			forwarded = true
 		case <-leaseDone:
 			leaseDone = nil
 			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v)\n", lease.Err(), f.grace)
-			signalGroup(syscall.SIGTERM)
-			t := time.NewTimer(f.grace)
-			defer t.Stop()
-			grace = t.C
+			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
+				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
+				conns.describeNodes(stderr, qe.Nodes)
+			}
+			j.signal(syscall.SIGTERM)
+			startGrace()
 		case <-grace:
 			grace = nil
-			fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after SIGTERM; sending SIGKILL\n", f.grace)
-			signalGroup(syscall.SIGKILL)
+			fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after SIGTERM or a forwarded signal; sending SIGKILL\n", f.grace)
+			if lease.Err() == nil {
+				killed = got
+			}
+			j.signal(syscall.SIGKILL)
 		}
 	}
 }
 
-// exitStatus returns COMMAND's exit status the way a shell reports it:
+// exitStatus returns a process's exit status the way a shell reports it:
 // 128+N when signal N killed it.
 func exitStatus(st *os.ProcessState) int {
 	if st == nil {

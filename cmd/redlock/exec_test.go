@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,19 +23,8 @@ import (
 
 // These tests run `redlock exec` and `redlock status` against real
 // redis-server processes (skipped when redis-server is missing, unless
-// CI=true). exec runs in a process of its own, so that its signal handling
-// and process groups are the real ones: the test binary re-executes itself
-// as the redlock command (see init), which saves building the binary.
-
-// asRedlockEnv, set to 1 in a process's environment, makes the test binary
-// run main (the redlock command) instead of the tests.
-const asRedlockEnv = "REDLOCK_TEST_RUN_MAIN"
-
-func init() {
-	if os.Getenv(asRedlockEnv) == "1" {
-		main() // exits
-	}
-}
+// CI=true). exec runs as the real binary (redlockBinary), so that its signal
+// handling and process groups are the real ones.
 
 // startNodes starts n redis-server nodes, closed when the test ends, and
 // returns them with their node list for --nodes / $REDLOCK_NODES.
@@ -53,29 +43,29 @@ func startNodes(t *testing.T, n int) ([]*redisserver.Server, string) {
 	return servers, strings.Join(addrs, ",")
 }
 
-// redlockBinary returns the path of an executable that runs as the redlock
-// command when asRedlockEnv=1 is in its environment: this test binary.
-func redlockBinary(t *testing.T) string {
-	t.Helper()
-	bin, err := os.Executable()
-	require.NoError(t, err)
-	return bin
-}
-
 // execRun is one started `redlock` process.
 type execRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer // read them only after done is closed
+	stdout, stderr syncBuffer // safe to read while it runs
 	done           chan struct{}
 	err            error // cmd.Wait's
 }
 
 func startRedlock(t *testing.T, bin, nodes string, args ...string) *execRun {
 	t.Helper()
+	if len(args) > 0 && args[0] == "exec" && !slices.Contains(args, "--node-timeout") {
+		// The default, 1% of the TTL, is tight on a loaded machine (the
+		// whole suite runs many redis-servers): a node's slow answer would
+		// lose the lock, which is not what these tests are about.
+		args = append([]string{"exec", "--node-timeout", "500ms"}, args[1:]...)
+	}
 	r := &execRun{cmd: exec.Command(bin, args...)}
-	r.cmd.Env = append(os.Environ(), asRedlockEnv+"=1", "REDLOCK_NODES="+nodes)
+	r.cmd.Env = append(os.Environ(), "REDLOCK_NODES="+nodes)
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	r.cmd.WaitDelay = 5 * time.Second
+	// A test binary that dies (a timeout) takes its redlock processes, and
+	// so their jobs, with it.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r.done = make(chan struct{})
 	require.NoError(t, r.cmd.Start())
 	go func() {
@@ -137,7 +127,7 @@ func TestExec_EndToEnd(t *testing.T) {
 		if codes[1] == exitBusy {
 			loser = b
 		}
-		assert.Contains(t, loser.stderr.String(), "taken")
+		assert.Empty(t, loser.stderr.String(), "busy is silent without -v")
 	})
 
 	t.Run("with --wait the second runs after the first", func(t *testing.T) {
@@ -175,6 +165,9 @@ func TestExec_EndToEnd(t *testing.T) {
 		assert.NoFileExists(t, finished)
 		assert.Contains(t, r.stderr.String(), "lock lost")
 		assert.Contains(t, r.stderr.String(), "sending SIGTERM")
+		if strings.Contains(r.stderr.String(), "extension failed") {
+			assert.Contains(t, r.stderr.String(), servers[0].Addr()+"/0: unreachable: ", "each node's answer")
+		}
 	})
 
 	t.Run("lost lock: SIGKILL after the grace period", func(t *testing.T) {
@@ -232,6 +225,10 @@ func TestExec_Usage(t *testing.T) {
 		{"interval too long", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "1s", "--extend-every", "1s", "--", "true"}, "--extend-every"},
 		{"bad URL", []string{"--nodes", "redis://u:hunter2@127.0.0.1:1/notadb", "--key", "k", "--", "true"}, "node 0"},
 		{"same node twice", []string{"--nodes", "127.0.0.1:1,redis://127.0.0.1:1", "--key", "k", "--", "true"}, "same node"},
+		{"port out of range", []string{"--nodes", "127.0.0.1:6379,127.0.0.1:99999,127.0.0.1:6380", "--key", "k", "--", "true"}, "node 1: port \"99999\" out of range"},
+		{"port out of range in a URL", []string{"--nodes", "redis://:hunter2@127.0.0.1:65536", "--key", "k", "--", "true"}, "out of range"},
+		{"release-on-failure alone", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--release-on-failure", "--", "true"}, "needs --min-hold"},
+		{"negative min-hold", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -321,4 +318,25 @@ func TestStatus(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, 0, runStatus(ctx, []string{"-h"}, &stdout, &stderr))
 	assert.Contains(t, stdout.String(), "Example:")
+}
+
+// Issue 11.9: --help goes to stdout for every subcommand, and there is a
+// --version.
+func TestHelpAndVersion(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{{"--help"}, {"exec", "--help"}, {"status", "--help"}, {"exec", "-h"}, {"status", "-h"}, {"chaos", "--help"}, {"chaos", "--nodes", "3", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		assert.Equal(t, 0, run(ctx, args, &stdout, &stderr), args)
+		assert.Contains(t, stdout.String(), "Usage", args)
+		assert.Empty(t, stderr.String(), args)
+	}
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 0, run(ctx, []string{"--version"}, &stdout, &stderr))
+	assert.Regexp(t, `^redlock \S`, stdout.String())
+	assert.Empty(t, stderr.String())
+
+	bin := redlockBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	assert.Regexp(t, `^redlock \S`, string(out))
 }

@@ -36,14 +36,18 @@ Shows the lock KEY on every node: whether the node holds it, by which owner
 (the first characters of the owner value only: the whole value is a secret),
 its remaining TTL on the node, the key's fencing counter (the last fencing
 token handed out), and the node's amnesia-guard state for the key ("no
-epoch", "trusted", "quarantined, 40s left", computed with --quarantine). It reads only: it never
-takes or waits for the lock. The first line sums up whether one owner holds
-the key on a quorum of the nodes.
+epoch", "trusted", "quarantined, 40s left", computed with --quarantine). A
+node that did not answer is shown as unknown ("?" in the table, null in
+--json), never as free. It reads only: it never takes or waits for the lock.
+The first line sums up whether one owner holds the key on a quorum of the
+nodes; for a lock taken by 'redlock exec', the next line names the holder:
+its host name, process id and since when it holds the lock (a record exec
+keeps beside the lock for people to read, never trusted for safety).
 
 Nodes are given as for 'redlock exec': --nodes or $REDLOCK_NODES.
 
 Exit status: 0 when a quorum of the nodes answered, 69 when fewer did, 64 on
-bad usage.
+bad usage (including one server named twice), 70 on an internal error.
 
 Example:
   REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 \
@@ -56,7 +60,7 @@ Flags:
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("redlock status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodes := fs.String("nodes", "", "comma-separated node URLs (default $"+nodesEnv+")")
+	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	key := fs.String("key", "", "the lock's key on the nodes (required)")
 	timeout := fs.Duration("timeout", time.Second, "per-node timeout")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
@@ -90,20 +94,25 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case fs.NArg() > 0:
 		return bad("unexpected arguments %q", fs.Args())
 	}
-	quietRedis()
-	client, err := redlock.Dial(urls, redlock.WithNodeTimeout(*timeout))
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock status: %v\n", err)
-		return exitUsage
+	client, conns, code := openNodes(ctx, "status", urls, *timeout, stderr, redlock.WithNodeTimeout(*timeout))
+	if client == nil {
+		return code
 	}
 	defer client.Close()
+	defer conns.close()
 
 	states, err := client.Inspect(ctx, *key)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock status: %v\n", err)
 		return exitSoftware
 	}
+	for i := range states {
+		if states[i].Err != nil {
+			states[i].Err = errors.New(conns.redact(states[i].Err.Error()))
+		}
+	}
 	sum := summarize(states, client.Quorum())
+	sum.holder = pickHolder(conns.readHolders(ctx, *key), sum.owner)
 	if *asJSON {
 		writeStatusJSON(stdout, *key, client.Quorum(), sum, states, *quarantine)
 	} else {
@@ -115,12 +124,37 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// pickHolder returns the holder record of the owner that holds the key on
+// the most nodes (owner is its shortened value), nil if there is none.
+func pickHolder(records []*holder, owner string) *holder {
+	for _, h := range records {
+		if h != nil && h.Owner == owner {
+			return h
+		}
+	}
+	return nil
+}
+
 // statusSummary is what the nodes say together.
 type statusSummary struct {
 	answered int    // nodes read
 	holders  int    // nodes holding the key for owner
 	owner    string // the owner holding it on the most nodes (shortened)
 	minTTL   time.Duration
+	holder   *holder // owner's holder record, if redlock exec keeps one
+}
+
+// held says whether one owner holds the key on a quorum: true, false, or
+// nil when the nodes that did not answer could change the answer.
+func (s statusSummary) held(n, quorum int) *bool {
+	yes, no := true, false
+	switch {
+	case s.holders >= quorum:
+		return &yes
+	case s.holders+(n-s.answered) < quorum:
+		return &no
+	}
+	return nil
 }
 
 func (s statusSummary) String(n, quorum int) string {
@@ -128,10 +162,14 @@ func (s statusSummary) String(n, quorum int) string {
 	switch {
 	case s.holders >= quorum:
 		out = fmt.Sprintf("held by %s on %d of %d nodes (quorum %d), at least %v left", s.owner, s.holders, n, quorum, s.minTTL)
+	case s.holders > 0 && s.held(n, quorum) == nil:
+		return fmt.Sprintf("unknown: %s holds it on %d of %d nodes, and %d nodes did not answer: they could make up the quorum of %d", s.owner, s.holders, n, n-s.answered, quorum)
 	case s.holders > 0:
 		out = fmt.Sprintf("not held: %s holds it on %d of %d nodes, below the quorum of %d (left-overs of a failed attempt, or a lock that is expiring)", s.owner, s.holders, n, quorum)
 	case s.answered == 0:
 		return fmt.Sprintf("unknown: none of the %d nodes answered", n)
+	case s.held(n, quorum) == nil:
+		return fmt.Sprintf("unknown: free on the %d nodes that answered, and %d of %d nodes did not answer: they could hold it for a quorum of %d", s.answered, n-s.answered, n, quorum)
 	default:
 		out = fmt.Sprintf("free on all %d nodes that answered", s.answered)
 	}
@@ -191,6 +229,9 @@ func fmtTTL(st redlock.NodeState) string {
 
 func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
 	fmt.Fprintf(w, "key %q: %s\n", key, sum.String(len(states), quorum))
+	if sum.holder != nil {
+		fmt.Fprintf(w, "holder: %v (%v ago)\n", sum.holder, time.Since(sum.holder.Since).Round(time.Second))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tTTL\tFENCE\tQUARANTINE\tERROR")
 	for _, st := range states {
@@ -211,29 +252,38 @@ func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, st
 type statusJSON struct {
 	Key     string           `json:"key"`
 	Quorum  int              `json:"quorum"`
-	Held    bool             `json:"held"` // one owner holds the key on a quorum
+	Held    *bool            `json:"held"` // one owner holds the key on a quorum; null: unknown
 	Summary string           `json:"summary"`
+	Holder  *holder          `json:"holder"` // null: none recorded
 	Nodes   []nodeStatusJSON `json:"nodes"`
 }
 
+// nodeStatusJSON is one node in --json. A node that did not answer has
+// state "unknown" and null in every field it could not tell.
 type nodeStatusJSON struct {
-	Node       string `json:"node"`
-	Held       bool   `json:"held"`
-	Owner      string `json:"owner,omitempty"`  // shortened
-	TTLMs      *int64 `json:"ttl_ms,omitempty"` // absent when not held; -1: no expiry
-	Fence      uint64 `json:"fence"`
-	Quarantine string `json:"quarantine"`
-	Error      string `json:"error,omitempty"`
+	Node       string  `json:"node"`
+	State      string  `json:"state"` // "held", "free" or "unknown"
+	Held       *bool   `json:"held"`
+	Owner      string  `json:"owner,omitempty"`  // shortened
+	TTLMs      *int64  `json:"ttl_ms,omitempty"` // absent when not held; -1: no expiry
+	Fence      *uint64 `json:"fence"`
+	Quarantine string  `json:"quarantine"`
+	Error      string  `json:"error,omitempty"`
 }
 
 func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
-	out := statusJSON{Key: key, Quorum: quorum, Held: sum.holders >= quorum, Summary: sum.String(len(states), quorum)}
+	out := statusJSON{Key: key, Quorum: quorum, Held: sum.held(len(states), quorum), Summary: sum.String(len(states), quorum), Holder: sum.holder}
 	for _, st := range states {
-		n := nodeStatusJSON{Node: st.Node, Held: st.Held, Fence: st.Fence, Quarantine: guardState(st, quarantine)}
+		n := nodeStatusJSON{Node: st.Node, State: "unknown", Quarantine: guardState(st, quarantine)}
 		if st.Err != nil {
-			n.Error = st.Err.Error()
+			n.Error, n.Quarantine = st.Err.Error(), "unknown"
+			out.Nodes = append(out.Nodes, n)
+			continue
 		}
+		held, fence := st.Held, st.Fence
+		n.Held, n.Fence, n.State = &held, &fence, "free"
 		if st.Held {
+			n.State = "held"
 			n.Owner = shortOwner(st.Owner)
 			ms := st.TTL.Milliseconds()
 			if st.TTL < 0 {

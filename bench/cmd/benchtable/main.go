@@ -1,7 +1,7 @@
 // Command benchtable reads the output of `go test -bench` in bench/ on
 // stdin and prints, in Markdown, one table per case, the ratios between
-// libraries computed within that run, and each target of issue 6 marked met
-// or missed. Lines it does not recognise (headers, logs) are ignored, except
+// libraries computed within that run, and each target of issues 6 and 12
+// marked met or missed (each issue's targets counted apart). Lines it does not recognise (headers, logs) are ignored, except
 // "# " lines (the run's metadata written by run.sh), which are copied.
 //
 //	go run ./cmd/benchtable -node-timeout 100ms < results/run.txt
@@ -77,12 +77,21 @@ var columns = [][2]string{
 	{"attempts/acq", "attempts/acq"},
 	{"overlaps", "overlaps"},
 	{"cut-off", "waiting at end"},
+	{"first-try-%", "first try %"},
+	{"attempts/burst", "attempts/burst"},
+	{"max-attempts", "most attempts of one call"},
+	{"timedout/burst", "nodes reported timed out/burst"},
+	{"burst-ms", "burst p50 ms"},
+	{"heap-growth-KB", "heap growth KB"},
+	{"heap-B/attempt", "heap B/attempt"},
+	{"attempts", "attempts"},
 	{"cmds/op", "node cmds/op (incl. in scripts)"},
 	{"cpu-us/op", "client CPU µs/op"},
 	{"stall-ms", "process stall ms"},
 	{"allocs/op", "allocs/op"},
 	{"B/op", "B/op"},
 	{"fails", "fails"},
+	{"rel-fails", "release fails"},
 	{"stale-keys", "stale keys"},
 	{"lost-node-keys", "keys on lost node"},
 }
@@ -268,16 +277,8 @@ func main() {
 		c.ratio(r.what, r.an, r.au, r.bn, r.bu)
 	}
 
-	fmt.Fprint(w, "\n### Targets (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
-	ratioTarget := func(target, an, au, bn, bu string, ok func(float64) bool) {
-		a, ok1 := c.get(an, au)
-		b, ok2 := c.get(bn, bu)
-		if !ok1 || !ok2 || b == 0 {
-			c.skip(target)
-			return
-		}
-		c.verdict(target, ok(a/b), fmt.Sprintf("%s / %s = %.2f", num(a), num(b), a/b))
-	}
+	fmt.Fprint(w, "\n### Targets of issue 6 (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
+	ratioTarget := c.ratioTarget
 	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
 	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
 	for _, v := range []string{"ours", "ours-nofence"} {
@@ -330,13 +331,71 @@ func main() {
 	} else {
 		c.verdict("0 stale keys after every case (ours)", false, strings.Join(staleOurs, "; "))
 	}
-	fmt.Fprintf(w, "\n%d targets met, %d missed", c.met, c.missed)
-	if c.absent > 0 {
-		fmt.Fprintf(w, ", %d not in this run", c.absent)
-	}
-	fmt.Fprintln(w, ".")
+	c.summary(" of issue 6")
 	if len(staleOthers) > 0 {
 		slices.Sort(staleOthers)
 		fmt.Fprintf(w, "\nStale keys left by other libraries: %s.\n", strings.Join(staleOthers, "; "))
 	}
+	issue12(c, *nodeTimeout)
+}
+
+// summary prints the counts of the targets checked since the last summary
+// and resets them.
+func (c *checker) summary(which string) {
+	fmt.Fprintf(c.w, "\n%d targets%s met, %d missed", c.met, which, c.missed)
+	if c.absent > 0 {
+		fmt.Fprintf(c.w, ", %d not in this run", c.absent)
+	}
+	fmt.Fprintln(c.w, ".")
+	c.met, c.missed, c.absent = 0, 0, 0
+}
+
+// ratioTarget checks a / b against ok, or records the target as absent.
+func (c *checker) ratioTarget(target, an, au, bn, bu string, ok func(float64) bool) {
+	a, ok1 := c.get(an, au)
+	b, ok2 := c.get(bn, bu)
+	if !ok1 || !ok2 || b == 0 {
+		c.skip(target)
+		return
+	}
+	c.verdict(target, ok(a/b), fmt.Sprintf("%s / %s = %.2f", num(a), num(b), a/b))
+}
+
+// valueTarget checks one figure against ok, or records it as absent.
+func (c *checker) valueTarget(target, name, unit, suffix string, ok func(float64) bool) {
+	x, found := c.get(name, unit)
+	if !found {
+		c.skip(target)
+		return
+	}
+	c.verdict(target, ok(x), num(x)+suffix)
+}
+
+// issue12 prints the targets of issue 12 (performance) with their own count.
+func issue12(c *checker, nodeTimeout time.Duration) {
+	const c1, c5 = "C1Uncontended/", "C5Contention/"
+	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+	fmt.Fprint(c.w, "\n### Targets of issue 12 (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
+	c.ratioTarget("C1 ours p50 ≤ 1.0 × redsync-tuned", c1+"ours", "p50-us", c1+"redsync-tuned", "p50-us", le(1.0))
+	c.ratioTarget("C1 ours p50 ≤ 1.15 × floor", c1+"ours", "p50-us", c1+"floor", "p50-us", le(1.15))
+	c.ratioTarget("C1 ours-nofence p50 ≤ 1.05 × floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
+	c.ratioTarget("C1 ours allocs/op ≤ 1.5 × floor's", c1+"ours", "allocs/op", c1+"floor", "allocs/op", le(1.5))
+	for _, f := range []struct{ what, name string }{{"slow (5 ms)", "C2SlowNode/"}, {"refusing", "C3RefusingNode/"}, {"blackholed", "C3BlackholedNode/"}} {
+		c.ratioTarget("ours p50 (acquire + release) with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
+		c.valueTarget("ours with one "+f.what+" node: 0 stale keys once the Client is closed", f.name+"ours", "stale-keys", "", le(0))
+	}
+	limit := float64(nodeTimeout+time.Millisecond) / float64(time.Millisecond)
+	for _, mode := range []string{"process", "host"} {
+		c.valueTarget(fmt.Sprintf("C4 node killed (%s): worst operation ≤ %v + 1 ms", mode, nodeTimeout), "C4NodeKilled/"+mode+"/ours", "worst-ms", " ms", le(limit))
+	}
+	c.ratioTarget("C5 acq/s ≥ 1.5 × redsync-tuned", c5+"ours", "acq/s", c5+"redsync-tuned", "acq/s", ge(1.5))
+	c.ratioTarget("C5 wait p99 ≤ 0.2 × redsync-tuned", c5+"ours", "wait-p99-ms", c5+"redsync-tuned", "wait-p99-ms", le(0.2))
+	c.valueTarget("C5 fairness ≥ 0.7", c5+"ours", "fairness", "", ge(0.7))
+	c.valueTarget("C5 0 overlaps", c5+"ours", "overlaps", "", le(0))
+	const burst = "Burst/ttl=2s/ours"
+	c.valueTarget("Burst (200 at once, 2 s TTL, defaults): ≥ 99 % succeed on the first attempt", burst, "first-try-%", " %", ge(99))
+	c.valueTarget("Burst: no healthy node reported timed out", burst, "timedout/burst", " per burst", le(0))
+	c.valueTarget("One Acquire failing 3,500 times: heap grows ≤ 5 KB", "AcquireMemory/ours", "heap-growth-KB", " KB", le(5))
+	c.summary(" of issue 12")
 }

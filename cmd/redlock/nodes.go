@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// nodeConns are the CLI's own connections to the nodes, next to the
+// library's: to check at first contact that no two URLs name the same server,
+// and to keep the holder record (see holder).
+type nodeConns struct {
+	names     []string // as the library names the nodes: "addr/db"
+	clients   []*redis.Client
+	passwords []string // to keep them out of every message
+	timeout   time.Duration
+}
+
+// dialNodes connects to the nodes of urls (already accepted by redlock.Dial)
+// with the library's node settings, and timeout per request.
+func dialNodes(urls []string, timeout time.Duration) (*nodeConns, error) {
+	n := &nodeConns{timeout: timeout}
+	for i, u := range urls {
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+		n.names = append(n.names, fmt.Sprintf("%s/%d", o.Addr, o.DB))
+		n.passwords = append(n.passwords, o.Password)
+		n.clients = append(n.clients, redlock.NewNodeClient(o.Addr, func(c *redis.Options) {
+			c.Username, c.Password, c.DB, c.TLSConfig = o.Username, o.Password, o.DB, o.TLSConfig
+		}))
+	}
+	return n, nil
+}
+
+func (n *nodeConns) close() {
+	for _, c := range n.clients {
+		_ = c.Close()
+	}
+}
+
+// each runs fn on every node at once, each call within the per-node
+// timeout, and returns fn's errors in node order.
+func (n *nodeConns) each(ctx context.Context, fn func(ctx context.Context, i int, c *redis.Client) error) []error {
+	errs := make([]error, len(n.clients))
+	var wg sync.WaitGroup
+	for i, c := range n.clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, n.timeout)
+			defer cancel()
+			errs[i] = fn(ctx, i, c)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// errSameServer reports two node URLs that name one Redis server.
+var errSameServer = errors.New("the same Redis server")
+
+// checkDistinct asks every node for its run_id (INFO server) and returns an
+// error wrapping errSameServer if two nodes answered with the same one: one
+// server named twice, say as 127.0.0.1:6379 and localhost:6379, or with two
+// database numbers, would hold two votes of the quorum. Nodes that do not
+// answer now cannot be checked; they do not make it fail.
+func (n *nodeConns) checkDistinct(ctx context.Context) error {
+	ids := make([]string, len(n.clients))
+	n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err == nil {
+			ids[i] = infoField(info, "run_id")
+		}
+		return err
+	})
+	seen := map[string]int{}
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (run_id %s); a quorum needs independent servers",
+				j, n.names[j], i, n.names[i], errSameServer, id)
+		}
+		seen[id] = i
+	}
+	return nil
+}
+
+// infoField returns field's value in an INFO reply, "" if absent.
+func infoField(info, field string) string {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// redact removes the nodes' passwords from msg. go-redis does not put them
+// in its errors; this keeps it so.
+func (n *nodeConns) redact(msg string) string {
+	for _, pw := range n.passwords {
+		if len(pw) >= 3 {
+			msg = strings.ReplaceAll(msg, pw, "REDACTED")
+		}
+	}
+	return msg
+}
+
+// describeNodes writes what each node answered, one line per node: the
+// outcome, and the node's own words for a failure (WRONGPASS, NOAUTH,
+// connection refused, a timeout).
+func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult) {
+	for _, r := range nodes {
+		line := fmt.Sprintf("  %s: %s", r.Node, r.Outcome)
+		if r.Outcome == redlock.OutcomePending {
+			line += ": no answer yet when the others had decided the vote"
+		}
+		if r.Err != nil {
+			line += ": " + n.redact(r.Err.Error())
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// holder is the record of who holds a lock taken by redlock exec, kept
+// beside the lock key on every node with the lock's TTL, refreshed with its
+// extensions and deleted on release. It is for people reading
+// `redlock status`; nothing relies on it for safety.
+type holder struct {
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since"` // when the lock was taken (wall clock)
+	Owner string    `json:"owner"` // shortOwner of the lock's owner value
+}
+
+// holderKey names key's holder record: "{key}:holder", or "key:holder" when
+// key has a Redis Cluster hash tag already, so that it shares the lock key's
+// slot (as the library's fencing counter does).
+func holderKey(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 && strings.IndexByte(key[open+1:], '}') > 0 {
+		return key + ":holder"
+	}
+	return "{" + key + "}:holder"
+}
+
+func newHolder(l *redlock.Lock) holder {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	return holder{Host: host, PID: os.Getpid(), Since: l.AcquiredAt().UTC().Truncate(time.Millisecond), Owner: shortOwner(l.Owner())}
+}
+
+func (h holder) String() string {
+	return fmt.Sprintf("host %s, pid %d, since %s", h.Host, h.PID, h.Since.Format(time.RFC3339))
+}
+
+// The holder record's scripts change it only while it is still ours.
+var (
+	holderRefresh = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+	holderDelete  = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+)
+
+// writeHolder stores h beside key on every node for ttl.
+func (n *nodeConns) writeHolder(ctx context.Context, key string, h holder, ttl time.Duration) {
+	v, _ := json.Marshal(h)
+	n.each(ctx, func(ctx context.Context, _ int, c *redis.Client) error {
+		return c.Set(ctx, holderKey(key), v, ttl).Err()
+	})
+}
+
+// refreshHolder resets h's TTL on the nodes where it is still stored.
+func (n *nodeConns) refreshHolder(ctx context.Context, key string, h holder, ttl time.Duration) {
+	v, _ := json.Marshal(h)
+	n.each(ctx, func(ctx context.Context, _ int, c *redis.Client) error {
+		return holderRefresh.Run(ctx, c, []string{holderKey(key)}, v, ttl.Milliseconds()).Err()
+	})
+}
+
+// deleteHolder deletes h where it is still stored.
+func (n *nodeConns) deleteHolder(ctx context.Context, key string, h holder) {
+	v, _ := json.Marshal(h)
+	n.each(ctx, func(ctx context.Context, _ int, c *redis.Client) error {
+		return holderDelete.Run(ctx, c, []string{holderKey(key)}, v).Err()
+	})
+}
+
+// readHolders reads key's holder record on every node; nil where there is
+// none or it could not be read.
+func (n *nodeConns) readHolders(ctx context.Context, key string) []*holder {
+	out := make([]*holder, len(n.clients))
+	n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
+		v, err := c.Get(ctx, holderKey(key)).Bytes()
+		if err != nil {
+			return err
+		}
+		var h holder
+		if json.Unmarshal(v, &h) == nil {
+			out[i] = &h
+		}
+		return nil
+	})
+	return out
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/redisserver"
+)
+
+// requirePass sets a password on a running server.
+func requirePass(t *testing.T, s *redisserver.Server, password string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	require.NoError(t, c.ConfigSet(context.Background(), "requirepass", password).Err())
+}
+
+// Issue 11.4: a failed acquisition says what each node answered, never a
+// password.
+func TestExec_SaysWhatEachNodeAnswered(t *testing.T) {
+	servers, _ := startNodes(t, 5)
+	const password = "hunter2-secret"
+	requirePass(t, servers[0], password)
+	requirePass(t, servers[1], password)
+	require.NoError(t, servers[2].Kill())
+	require.NoError(t, servers[3].Stop())
+	nodes := strings.Join([]string{
+		"redis://:wrong-" + password + "@" + servers[0].Addr(), // WRONGPASS
+		servers[1].Addr(), // no password: NOAUTH
+		servers[2].Addr(), // killed: connection refused
+		servers[3].Addr(), // stopped: timeout
+		servers[4].Addr(),
+	}, ",")
+	var stdout, stderr bytes.Buffer
+	code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "k", "--node-timeout", "300ms", "--", "true"}, &stdout, &stderr)
+	out := stderr.String()
+	assert.Equal(t, exitUnavailable, code, out)
+	for _, want := range []string{
+		servers[0].Addr() + "/0: error: WRONGPASS",
+		servers[1].Addr() + "/0: error: NOAUTH",
+		servers[2].Addr() + "/0: unreachable: ", "connection refused",
+		servers[3].Addr() + "/0: pending: no answer yet", // the vote was lost before its timeout
+		servers[4].Addr() + "/0: ",
+		"(3 of 5 nodes needed)",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, password)
+
+	// A stopped node whose answer the vote needs times out.
+	stdout.Reset()
+	stderr.Reset()
+	code = runExec(context.Background(), []string{"--nodes", strings.Join([]string{servers[1].Addr(), servers[3].Addr(), servers[4].Addr()}, ","),
+		"--key", "k", "--node-timeout", "300ms", "--", "true"}, &stdout, &stderr)
+	assert.Equal(t, exitUnavailable, code, stderr.String())
+	assert.Contains(t, stderr.String(), servers[3].Addr()+"/0: timed-out: ")
+	assert.Contains(t, stderr.String(), servers[1].Addr()+"/0: error: NOAUTH")
+
+	stdout.Reset()
+	stderr.Reset()
+	code = runStatus(context.Background(), []string{"--nodes", nodes, "--key", "k", "--timeout", "300ms", "--json"}, &stdout, &stderr)
+	assert.Equal(t, exitUnavailable, code, stderr.String())
+	assert.NotContains(t, stdout.String(), password)
+	assert.Contains(t, stdout.String(), "WRONGPASS")
+	assert.Contains(t, stdout.String(), "NOAUTH")
+}
+
+// Issue 11.6: one server named twice, by another spelling or another
+// database number, is refused at first contact as bad usage.
+func TestExec_SameServerTwice(t *testing.T) {
+	servers, _ := startNodes(t, 2)
+	p0, p1 := servers[0].Port(), servers[1].Port()
+	for _, nodes := range []string{
+		fmt.Sprintf("127.0.0.1:%d,localhost:%d,127.0.0.1:%d", p0, p0, p1),
+		fmt.Sprintf("redis://127.0.0.1:%d/0,redis://127.0.0.1:%d/1,127.0.0.1:%d", p0, p0, p1),
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "k", "--", "true"}, &stdout, &stderr)
+		assert.Equal(t, exitUsage, code, stderr.String())
+		assert.Contains(t, stderr.String(), "node 0 (127.0.0.1:")
+		assert.Contains(t, stderr.String(), "are the same Redis server")
+
+		stderr.Reset()
+		code = runStatus(context.Background(), []string{"--nodes", nodes, "--key", "k"}, &stdout, &stderr)
+		assert.Equal(t, exitUsage, code, stderr.String())
+		assert.Contains(t, stderr.String(), "same Redis server")
+	}
+	// Distinct servers, one spelled host:port and one as a URL, are fine.
+	var stdout, stderr bytes.Buffer
+	code := runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("localhost:%d,redis://127.0.0.1:%d", p0, p1), "--key", "k"}, &stdout, &stderr)
+	assert.Equal(t, 0, code, stderr.String())
+}
+
+// Issue 11.3: a busy run prints nothing (cron mails any output) unless -v.
+func TestExec_BusyIsQuiet(t *testing.T) {
+	bin := redlockBinary(t)
+	_, nodes := startNodes(t, 3)
+	dir := t.TempDir()
+	started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
+	holder := startRedlock(t, bin, nodes, "exec", "--key", "cron", "--",
+		"sh", "-c", `touch "$0"; while [ ! -e "$1" ]; do sleep 0.05; done`, started, stop)
+	holder.waitFile(t, started)
+
+	quiet := startRedlock(t, bin, nodes, "exec", "--key", "cron", "--busy-exit", "0", "--", "echo", "ran")
+	assert.Equal(t, 0, quiet.wait(t))
+	assert.Empty(t, quiet.stderr.String())
+	assert.Empty(t, quiet.stdout.String())
+
+	verbose := startRedlock(t, bin, nodes, "exec", "--key", "cron", "-v", "--", "echo", "ran")
+	assert.Equal(t, exitBusy, verbose.wait(t))
+	assert.Contains(t, verbose.stderr.String(), "lock busy")
+	assert.Empty(t, verbose.stdout.String())
+
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	assert.Equal(t, 0, holder.wait(t), holder.stderr.String())
+}
+
+// Issue 11.8: status names the holder (host, pid, since), a record that
+// follows the lock's extensions and is deleted on release.
+func TestStatus_ShowsTheHolder(t *testing.T) {
+	bin := redlockBinary(t)
+	servers, nodes := startNodes(t, 3)
+	dir := t.TempDir()
+	started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
+	before := time.Now().UTC().Truncate(time.Second)
+	r := startRedlock(t, bin, nodes, "exec", "--key", "report", "--ttl", "1500ms", "--node-timeout", "200ms", "--",
+		"sh", "-c", `touch "$0"; while [ ! -e "$1" ]; do sleep 0.05; done`, started, stop)
+	r.waitFile(t, started)
+	// Past the first TTL: the record lives on with the lock's extensions.
+	time.Sleep(2 * time.Second)
+
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runStatus(context.Background(), []string{"--nodes", nodes, "--key", "report"}, &stdout, &stderr), stderr.String())
+	assert.Contains(t, stdout.String(), fmt.Sprintf("holder: host %s, pid %d, since ", host, r.cmd.Process.Pid))
+
+	stdout.Reset()
+	require.Equal(t, 0, runStatus(context.Background(), []string{"--nodes", nodes, "--key", "report", "--json"}, &stdout, &stderr))
+	var js statusJSON
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &js), stdout.String())
+	require.NotNil(t, js.Holder, stdout.String())
+	assert.Equal(t, host, js.Holder.Host)
+	assert.Equal(t, r.cmd.Process.Pid, js.Holder.PID)
+	assert.False(t, js.Holder.Since.Before(before), "since %v, started after %v", js.Holder.Since, before)
+
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	require.Equal(t, 0, r.wait(t), r.stderr.String())
+	for _, s := range servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, DisableIdentity: true})
+		n, err := c.Exists(context.Background(), "{report}:holder", "report").Result()
+		c.Close()
+		require.NoError(t, err)
+		assert.Zero(t, n, "lock and holder record deleted on release")
+	}
+}
+
+func TestHolderKey_SharesTheLockSlot(t *testing.T) {
+	assert.Equal(t, "{job}:holder", holderKey("job"))
+	assert.Equal(t, "lock:{42}:holder", holderKey("lock:{42}"))
+	assert.Equal(t, "{a{}b}:holder", holderKey("a{}b"))
+}
+
+// Issue 11.5: in --json a node that did not answer is unknown, never free.
+func TestStatus_JSONUnknownNode(t *testing.T) {
+	servers, nodes := startNodes(t, 3)
+	require.NoError(t, servers[2].Kill())
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runStatus(context.Background(), []string{"--nodes", nodes, "--key", "job", "--json", "--timeout", "300ms"}, &stdout, &stderr), stderr.String())
+	var raw struct {
+		Held  *bool            `json:"held"`
+		Nodes []map[string]any `json:"nodes"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw), stdout.String())
+	require.Len(t, raw.Nodes, 3)
+	dead := raw.Nodes[2]
+	assert.Equal(t, "unknown", dead["state"])
+	assert.Contains(t, dead, "held")
+	assert.Nil(t, dead["held"], "not false")
+	assert.Nil(t, dead["fence"], "not 0")
+	assert.Equal(t, "unknown", dead["quarantine"])
+	assert.Contains(t, dead["error"], "connection refused")
+	assert.Equal(t, false, raw.Nodes[0]["held"])
+	assert.Equal(t, "free", raw.Nodes[0]["state"])
+	require.NotNil(t, raw.Held, "2 of 3 answered free: not held for sure")
+	assert.False(t, *raw.Held)
+
+	// With two of three nodes silent the lock's state is unknown.
+	require.NoError(t, servers[1].Kill())
+	stdout.Reset()
+	runStatus(context.Background(), []string{"--nodes", nodes, "--key", "job", "--json", "--timeout", "300ms"}, &stdout, &stderr)
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw))
+	assert.Nil(t, raw.Held, stdout.String())
+	assert.Contains(t, stdout.String(), `"summary": "unknown: `)
+}

@@ -1,0 +1,335 @@
+package redlockotel_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/redlockotel"
+)
+
+func keyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// node attributes of test node i (127.0.0.1:7001+i, database 0).
+var nodeAttrs = []string{
+	"db.namespace=0,redlock.node.outcome=%s,redlock.operation.name=%s,server.address=127.0.0.1,server.port=7001",
+	"db.namespace=0,redlock.node.outcome=%s,redlock.operation.name=%s,server.address=127.0.0.1,server.port=7002",
+	"db.namespace=0,redlock.node.outcome=%s,redlock.operation.name=%s,server.address=127.0.0.1,server.port=7003",
+}
+
+func outcomeKey(node int, outcome, op string) string {
+	return "redlock.node.outcomes{" + fmt.Sprintf(nodeAttrs[node], outcome, op) + "}"
+}
+
+func TestObserver_AcquireExtendReleaseWithOneNodeDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 3, nil)
+		h.nodes[0].Slow(5 * time.Millisecond)
+		h.nodes[1].Slow(10 * time.Millisecond)
+		h.nodes[2].Refuse()
+		ctx, caller := h.tp.Tracer("test").Start(context.Background(), "caller")
+		t0 := time.Now()
+
+		// Acquire: the vote decides at 10 ms (node 0 at 5, node 1 at 10,
+		// node 2 refused at once), the fencing write-back takes 10 ms more.
+		// Validity: 10 s − 20 ms − drift (10 s × 0.01 + 2 ms) = 9.878 s.
+		l, err := h.rl.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), l.Token())
+		l, err = l.Extend(ctx, 10*time.Second) // 10 ms: 10 s − 10 ms − 102 ms = 9.888 s
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx)) // 10 ms
+		caller.End()
+
+		assert.Equal(t, []string{
+			"redlock.acquire.attempts {attempt}",
+			"redlock.lock.validity s",
+			"redlock.node.outcomes {outcome}",
+			"redlock.nodes.granted {node}",
+			"redlock.operation.duration s",
+			"redlock.operations {operation}",
+		}, h.instruments(t))
+		want := map[string]string{
+			"redlock.operations{redlock.operation.name=acquire}":         "1",
+			"redlock.operations{redlock.operation.name=extend}":          "1",
+			"redlock.operations{redlock.operation.name=release}":         "1",
+			"redlock.operation.duration{redlock.operation.name=acquire}": "count=1 sum=0.02 [le0.025:1]",
+			"redlock.operation.duration{redlock.operation.name=extend}":  "count=1 sum=0.01 [le0.01:1]",
+			"redlock.operation.duration{redlock.operation.name=release}": "count=1 sum=0.01 [le0.01:1]",
+			"redlock.acquire.attempts{}":                                 "count=1 sum=1 [le1:1]",
+			"redlock.lock.validity{redlock.operation.name=acquire}":      "count=1 sum=9.878 [le10:1]",
+			"redlock.lock.validity{redlock.operation.name=extend}":       "count=1 sum=9.888 [le10:1]",
+			"redlock.nodes.granted{redlock.operation.name=acquire}":      "count=1 sum=2 [le2:1]",
+			"redlock.nodes.granted{redlock.operation.name=extend}":       "count=1 sum=2 [le2:1]",
+			"redlock.nodes.granted{redlock.operation.name=release}":      "count=1 sum=2 [le2:1]",
+		}
+		for _, op := range []string{"acquire", "extend", "release"} {
+			want[outcomeKey(0, "granted", op)] = "1"
+			want[outcomeKey(1, "granted", op)] = "1"
+			want[outcomeKey(2, "unreachable", op)] = "1"
+		}
+		assert.Equal(t, want, h.metrics(t))
+
+		failed := "[127.0.0.1:7003/0=unreachable]"
+		assert.Equal(t, []span{
+			{Name: "caller", Attrs: map[string]string{}, Status: "Unset", Dur: 40 * time.Millisecond},
+			{
+				Name: "redlock.acquire", Parent: "caller", Status: "Unset", Dur: 20 * time.Millisecond,
+				Attrs: map[string]string{
+					"redlock.key.hash": keyHash("job"), "redlock.acquire.attempts": "1", "redlock.quorum": "2",
+					"redlock.nodes.granted": "2", "redlock.nodes.failed": failed, "redlock.fencing.token": "1",
+				},
+				Events: []string{"redlock.attempt{redlock.attempt=1,redlock.lock.validity=9.878,redlock.nodes.failed=" + failed + ",redlock.nodes.granted=2,redlock.quorum=2}"},
+			},
+			{
+				Name: "redlock.extend", Parent: "caller", Status: "Unset", Start: 20 * time.Millisecond, Dur: 10 * time.Millisecond,
+				Attrs: map[string]string{
+					"redlock.key.hash": keyHash("job"), "redlock.quorum": "2", "redlock.nodes.granted": "2",
+					"redlock.nodes.failed": failed, "redlock.fencing.token": "1",
+				},
+			},
+			{
+				Name: "redlock.release", Parent: "caller", Status: "Unset", Start: 30 * time.Millisecond, Dur: 10 * time.Millisecond,
+				Attrs: map[string]string{
+					"redlock.key.hash": keyHash("job"), "redlock.quorum": "2", "redlock.nodes.granted": "2",
+					"redlock.nodes.failed": failed,
+				},
+			},
+		}, h.ended(t0))
+	})
+}
+
+func TestObserver_FailedAcquisitionKeyHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 3, nil)
+		h.holdElsewhere(t, "job", time.Minute, 0, 1)
+		h.nodes[1].Slow(5 * time.Millisecond)
+		h.nodes[2].Slow(20 * time.Millisecond)
+		t0 := time.Now()
+
+		// Node 0 says taken at once, node 1 at 5 ms: the quorum is then
+		// impossible, node 2 is still pending. The attempt's validity would
+		// have been 10 s − 5 ms − 102 ms. Acquire returns once every node
+		// call is over: node 2 grants at 20 ms and the late grant is undone
+		// by a release that takes 20 ms more.
+		_, err := h.rl.TryAcquire(context.Background(), "job", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.Equal(t, 40*time.Millisecond, time.Since(t0))
+
+		assert.Equal(t, map[string]string{
+			"redlock.operations{error.type=not_acquired,redlock.operation.name=acquire}":         "1",
+			"redlock.operation.duration{error.type=not_acquired,redlock.operation.name=acquire}": "count=1 sum=0.04 [le0.05:1]",
+			"redlock.acquire.attempts{error.type=not_acquired}":                                  "count=1 sum=1 [le1:1]",
+			"redlock.nodes.granted{redlock.operation.name=acquire}":                              "count=1 sum=0 [le0:1]",
+			outcomeKey(0, "taken", "acquire"):                                                    "1",
+			outcomeKey(1, "taken", "acquire"):                                                    "1",
+			outcomeKey(2, "pending", "acquire"):                                                  "1",
+		}, h.metrics(t))
+
+		failed := "[127.0.0.1:7001/0=taken 127.0.0.1:7002/0=taken 127.0.0.1:7003/0=pending]"
+		assert.Equal(t, []span{{
+			Name: "redlock.acquire", Status: "Error: not_acquired", Dur: 40 * time.Millisecond,
+			Attrs: map[string]string{
+				"redlock.key.hash": keyHash("job"), "redlock.acquire.attempts": "1", "redlock.quorum": "2",
+				"redlock.nodes.granted": "0", "redlock.nodes.failed": failed, "error.type": "not_acquired",
+			},
+			Events: []string{"redlock.attempt{error.type=not_acquired,redlock.attempt=1,redlock.lock.validity=9.893,redlock.nodes.failed=" + failed + ",redlock.nodes.granted=0,redlock.quorum=2}"},
+		}}, h.ended(t0))
+	})
+}
+
+func TestObserver_AcquireRetriesAreEventsOfOneSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 3, []redlockotel.Option{redlockotel.WithKeyAttribute(redlockotel.KeyPlain)})
+		// Held on nodes 0 and 1 for 250 ms. A failed attempt is decided at
+		// 5 ms (node 1's "taken"; node 2 still pending) and returns after its
+		// release reached every node (10 ms more); then the retry waits
+		// 100 ms. Attempts start at 0, 115 and 230 ms and fail; the one at
+		// 345 ms wins at 350 ms, and the fencing write-back ends at 355 ms.
+		h.holdElsewhere(t, "job", 250*time.Millisecond, 0, 1)
+		h.nodes[1].Slow(5 * time.Millisecond)
+		h.nodes[2].Slow(10 * time.Millisecond)
+		t0 := time.Now()
+		l, err := h.rl.Acquire(context.Background(), "job", 10*time.Second, redlock.WithRetry(redlock.LinearRetry(100*time.Millisecond, 0, 5)))
+		require.NoError(t, err)
+		require.Equal(t, 4, l.Attempts())
+
+		got := h.metrics(t)
+		assert.Equal(t, "count=1 sum=4 [le4:1]", got["redlock.acquire.attempts{}"])
+		assert.Equal(t, "count=1 sum=0.355 [le0.5:1]", got["redlock.operation.duration{redlock.operation.name=acquire}"])
+		assert.Equal(t, "count=4 sum=2 [le0:3 le2:1]", got["redlock.nodes.granted{redlock.operation.name=acquire}"])
+		assert.Equal(t, "4", got[outcomeKey(2, "pending", "acquire")])
+		assert.Equal(t, "3", got[outcomeKey(0, "taken", "acquire")])
+		assert.Equal(t, "1", got[outcomeKey(0, "granted", "acquire")])
+
+		spans := h.ended(t0)
+		require.Len(t, spans, 1)
+		assert.Equal(t, "job", spans[0].Attrs["redlock.key"])
+		assert.NotContains(t, spans[0].Attrs, "redlock.key.hash")
+		assert.Equal(t, "4", spans[0].Attrs["redlock.acquire.attempts"])
+		require.Len(t, spans[0].Events, 4)
+		for i, e := range spans[0].Events[:3] {
+			assert.Contains(t, e, "error.type=not_acquired,redlock.attempt="+string(rune('1'+i)), "attempt %d", i+1)
+		}
+		assert.Contains(t, spans[0].Events[3], "redlock.attempt=4,")
+		assert.NotContains(t, spans[0].Events[3], "error.type")
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
+func TestObserver_LostLeaseInDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 3, []redlockotel.Option{redlockotel.WithKeyAttribute(redlockotel.KeyOff)})
+		h.nodes[1].Slow(5 * time.Millisecond)
+		h.nodes[2].Slow(10 * time.Millisecond)
+		t0 := time.Now()
+
+		// TTL 3 s: the Lease extends every second, counted from the start of
+		// the acquisition. Nodes 0 and 1 go down at 510 ms, so the extension
+		// at 1 s fails at once and the lease is lost; the release then
+		// reaches only node 2 (10 ms).
+		err := h.rl.Do(context.Background(), "job", 3*time.Second, func(ctx context.Context) error {
+			time.Sleep(500 * time.Millisecond)
+			h.nodes[0].Refuse()
+			h.nodes[1].Refuse()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		require.ErrorIs(t, err, redlock.ErrLockLost)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 1010*time.Millisecond, time.Since(t0))
+
+		got := h.metrics(t)
+		want := map[string]string{
+			"redlock.operations{redlock.operation.name=acquire}":                              "1",
+			"redlock.operations{error.type=no_quorum,redlock.operation.name=extend}":          "1",
+			"redlock.operations{error.type=no_quorum,redlock.operation.name=release}":         "1",
+			"redlock.operations{error.type=lock_lost,redlock.operation.name=do}":              "1",
+			"redlock.operation.duration{redlock.operation.name=acquire}":                      "count=1 sum=0.01 [le0.01:1]",
+			"redlock.operation.duration{error.type=no_quorum,redlock.operation.name=extend}":  "count=1 sum=0 [le0.005:1]",
+			"redlock.operation.duration{error.type=no_quorum,redlock.operation.name=release}": "count=1 sum=0.01 [le0.01:1]",
+			"redlock.operation.duration{error.type=lock_lost,redlock.operation.name=do}":      "count=1 sum=1.01 [le2.5:1]",
+			"redlock.acquire.attempts{}":                                                      "count=1 sum=1 [le1:1]",
+			"redlock.leases.lost{error.type=lock_lost}":                                       "1",
+			"redlock.lock.validity{redlock.operation.name=acquire}":                           "count=1 sum=2.958 [le5:1]",
+			"redlock.nodes.granted{redlock.operation.name=acquire}":                           "count=1 sum=2 [le2:1]",
+			"redlock.nodes.granted{redlock.operation.name=extend}":                            "count=1 sum=0 [le0:1]",
+			"redlock.nodes.granted{redlock.operation.name=release}":                           "count=1 sum=1 [le1:1]",
+			outcomeKey(0, "granted", "acquire"):                                               "1",
+			outcomeKey(1, "granted", "acquire"):                                               "1",
+			outcomeKey(2, "pending", "acquire"):                                               "1",
+			outcomeKey(0, "unreachable", "extend"):                                            "1",
+			outcomeKey(1, "unreachable", "extend"):                                            "1",
+			outcomeKey(2, "pending", "extend"):                                                "1",
+			outcomeKey(0, "unreachable", "release"):                                           "1",
+			outcomeKey(1, "unreachable", "release"):                                           "1",
+			outcomeKey(2, "granted", "release"):                                               "1",
+		}
+		assert.Equal(t, want, got)
+
+		unreachable := "127.0.0.1:7001/0=unreachable 127.0.0.1:7002/0=unreachable"
+		assert.Equal(t, []span{
+			{
+				Name: "redlock.do", Status: "Error: lock_lost", Dur: 1010 * time.Millisecond,
+				Attrs:  map[string]string{"error.type": "lock_lost"},
+				Events: []string{"redlock.lease.lost{error.type=lock_lost}"},
+			},
+			{
+				Name: "redlock.acquire", Parent: "redlock.do", Status: "Unset", Dur: 10 * time.Millisecond,
+				Attrs: map[string]string{
+					"redlock.acquire.attempts": "1", "redlock.quorum": "2", "redlock.nodes.granted": "2",
+					"redlock.nodes.failed": "[127.0.0.1:7003/0=pending]", "redlock.fencing.token": "1",
+				},
+				Events: []string{"redlock.attempt{redlock.attempt=1,redlock.lock.validity=2.958,redlock.nodes.failed=[127.0.0.1:7003/0=pending],redlock.nodes.granted=2,redlock.quorum=2}"},
+			},
+			{
+				Name: "redlock.extend", Parent: "redlock.do", Status: "Error: no_quorum", Start: time.Second,
+				Attrs: map[string]string{
+					"redlock.quorum": "2", "redlock.nodes.granted": "0", "error.type": "no_quorum",
+					"redlock.nodes.failed": "[" + unreachable + " 127.0.0.1:7003/0=pending]",
+				},
+			},
+			{
+				Name: "redlock.release", Parent: "redlock.do", Status: "Error: no_quorum", Start: time.Second, Dur: 10 * time.Millisecond,
+				Attrs: map[string]string{
+					"redlock.quorum": "2", "redlock.nodes.granted": "1", "error.type": "no_quorum",
+					"redlock.nodes.failed": "[" + unreachable + "]",
+				},
+			},
+		}, h.ended(t0))
+	})
+}
+
+func TestObserver_NeverRecordsOwnerOrKeyWhenOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const key = "client-42-report"
+		h := newHarness(t, 3, []redlockotel.Option{redlockotel.WithKeyAttribute(redlockotel.KeyOff)})
+		h.holdElsewhere(t, "other", time.Minute, 0, 1, 2)
+		l, err := h.rl.Acquire(context.Background(), key, time.Second)
+		require.NoError(t, err)
+		_, err = h.rl.TryAcquire(context.Background(), "other", time.Second)
+		require.Error(t, err)
+		require.NoError(t, l.Release(context.Background()))
+
+		for _, s := range h.ended(time.Now()) {
+			for k, v := range s.Attrs {
+				for _, secret := range []string{key, "other", l.Owner(), "someone-else"} {
+					assert.NotContains(t, v, secret, "%s attribute %s", s.Name, k)
+				}
+			}
+			for _, e := range s.Events {
+				assert.NotContains(t, e, key)
+				assert.NotContains(t, e, l.Owner())
+			}
+			assert.NotContains(t, s.Status, key)
+		}
+		for k := range h.metrics(t) {
+			assert.NotContains(t, k, key)
+		}
+	})
+}
+
+func TestNew_RejectsBadOptions(t *testing.T) {
+	for name, opt := range map[string]redlockotel.Option{
+		"nil option":          nil,
+		"nil meter provider":  redlockotel.WithMeterProvider(nil),
+		"nil tracer provider": redlockotel.WithTracerProvider(nil),
+		"unknown key mode":    redlockotel.WithKeyAttribute(redlockotel.KeyMode(7)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := redlockotel.New(opt)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		})
+	}
+}
+
+func TestErrorType(t *testing.T) {
+	qe := &redlock.QuorumError{Op: "acquire", Err: redlock.ErrNotAcquired, Cause: context.DeadlineExceeded}
+	for want, err := range map[string]error{
+		"":                  nil,
+		"lock_lost":         errors.Join(redlock.ErrLockLost, qe),
+		"hold_limit":        redlock.ErrHoldLimit,
+		"not_acquired":      qe,
+		"not_held":          redlock.ErrNotHeld,
+		"no_quorum":         redlock.ErrNoQuorum,
+		"invalid_argument":  redlock.ErrInvalidArgument,
+		"closed":            redlock.ErrClosed,
+		"canceled":          context.Canceled,
+		"deadline_exceeded": context.DeadlineExceeded,
+		"_OTHER":            errors.New("fn failed"),
+	} {
+		assert.Equal(t, want, redlockotel.ErrorType(err), "%v", err)
+	}
+}

@@ -1,0 +1,305 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// What a node holds, or how it fails, when Release reaches it.
+type releaseCase int
+
+const (
+	ours    releaseCase = iota // our key: deleted (granted)
+	gone                       // no key: expired (not-held)
+	someone                    // another owner's key (taken)
+	down                       // refuses connections (unreachable)
+	broken                     // answers with an error (error)
+)
+
+var releaseCaseNames = [...]string{"ours", "gone", "someone", "down", "broken"}
+
+func (rc releaseCase) String() string { return releaseCaseNames[rc] }
+
+// wantRelease is the rule of Lock.Release: ErrNotHeld when a majority
+// answered "not held" or "taken" (the lock expired or was taken before the
+// call), ErrNoQuorum when fewer than a majority answered at all, else nil.
+func wantRelease(nodes []releaseCase) error {
+	quorum := len(nodes)/2 + 1
+	deleted, notOurs := 0, 0
+	for _, n := range nodes {
+		switch n {
+		case ours:
+			deleted++
+		case gone, someone:
+			notOurs++
+		}
+	}
+	switch {
+	case notOurs >= quorum:
+		return redlock.ErrNotHeld
+	case deleted+notOurs < quorum:
+		return redlock.ErrNoQuorum
+	}
+	return nil
+}
+
+// multisets returns every way to give n nodes one of the cases, up to the
+// order of the nodes (the rule counts, it does not look at positions).
+func multisets(n int, cases []releaseCase) [][]releaseCase {
+	if n == 0 {
+		return [][]releaseCase{nil}
+	}
+	var out [][]releaseCase
+	for i, c := range cases {
+		for _, rest := range multisets(n-1, cases[i:]) {
+			out = append(out, append([]releaseCase{c}, rest...))
+		}
+	}
+	return out
+}
+
+// A holder must learn that it overran its lock whatever the nodes it does
+// not need say: every combination of node states for N = 3 and N = 5.
+func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
+	all := []releaseCase{ours, gone, someone, down, broken}
+	for _, n := range []int{3, 5} {
+		for _, nodes := range multisets(n, all) {
+			want := wantRelease(nodes)
+			t.Run(fmt.Sprint(nodes), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ctx := context.Background()
+					c := newCluster(t, n)
+					l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+					require.NoError(t, err)
+					synctest.Wait() // every node holds our key
+					for i, st := range nodes {
+						nd := c.nodes[i]
+						switch st {
+						case gone:
+							nd.m.Del("report")
+						case someone:
+							require.NoError(t, nd.m.Set("report", "someone-else"))
+						case down:
+							nd.Refuse()
+						case broken:
+							nd.Fail("ERR out of order")
+						}
+					}
+					err = l.Release(ctx)
+					if want == nil {
+						require.NoError(t, err)
+					} else {
+						require.ErrorIs(t, err, want)
+						qe := quorumError(t, err)
+						assert.Equal(t, "release", qe.Op)
+						assert.Equal(t, strings.Count(fmt.Sprint(nodes), "ours"), qe.Granted, "deleted")
+						for _, other := range []error{redlock.ErrNotHeld, redlock.ErrNoQuorum} {
+							if other != want {
+								assert.NotErrorIs(t, err, other)
+							}
+						}
+					}
+					for i, st := range nodes {
+						if st == ours {
+							assert.False(t, c.nodes[i].Has("report"), "node %d: our key is deleted", i)
+						}
+						if st == someone {
+							assert.Equal(t, "someone-else", c.nodes[i].Value("report"), "node %d: another owner's key stays", i)
+						}
+					}
+					assert.LessOrEqual(t, l.Validity(), time.Duration(0), "released: not to be trusted")
+					settleDials()
+				})
+			})
+		}
+	}
+}
+
+// The case that was reported: 3 nodes, a 300 ms lock, node 2 killed, and
+// the holder calls Release 150 ms after its TTL. With all three nodes up the
+// same call said ErrNotHeld; with node 2 down it said nil.
+func TestRelease_OverrunIsNotHeldWithANodeDown(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("node 2 killed: %v", kill), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3)
+				l, err := c.rl.TryAcquire(ctx, "report", 300*time.Millisecond)
+				require.NoError(t, err)
+				synctest.Wait()
+				if kill {
+					c.nodes[2].Refuse()
+				}
+				time.Sleep(450 * time.Millisecond)
+				err = l.Release(ctx)
+				require.ErrorIs(t, err, redlock.ErrNotHeld)
+				settleDials()
+			})
+		})
+	}
+}
+
+// Validity is zero or negative once the lock must not be trusted, on every
+// handle of it, although the deadline has not passed.
+func TestLock_ValidityEndsWithTheLock(t *testing.T) {
+	ctx := context.Background()
+	t.Run("after Release, on every handle", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "job", ttl10s)
+			require.NoError(t, err)
+			ext, err := l.Extend(ctx, ttl10s)
+			require.NoError(t, err)
+			require.Positive(t, l.Validity())
+			require.NoError(t, ext.Release(ctx))
+			assert.True(t, time.Now().Before(l.ValidUntil()), "the deadline is still ahead")
+			assert.LessOrEqual(t, l.Validity(), time.Duration(0), "the original handle")
+			assert.LessOrEqual(t, ext.Validity(), time.Duration(0), "the handle that was released")
+		})
+	})
+	t.Run("after a failed Release", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "job", ttl10s)
+			require.NoError(t, err)
+			synctest.Wait()
+			c.nodes[0].Refuse()
+			c.nodes[1].Refuse()
+			require.ErrorIs(t, l.Release(ctx), redlock.ErrNoQuorum)
+			assert.LessOrEqual(t, l.Validity(), time.Duration(0), "the caller gave the lock up")
+			settleDials()
+		})
+	})
+	t.Run("after the outer lock of a nested handle ended", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			var nested *redlock.Lock
+			require.NoError(t, c.rl.Do(ctx, "job", ttl10s, func(ctx context.Context) error {
+				var err error
+				nested, err = c.rl.Acquire(ctx, "job", ttl10s)
+				require.NoError(t, err)
+				require.NoError(t, nested.Release(ctx), "a nested release leaves the lock held")
+				assert.Positive(t, nested.Validity(), "still held by the outer Do")
+				return nil
+			}))
+			assert.True(t, time.Now().Before(nested.ValidUntil()))
+			assert.LessOrEqual(t, nested.Validity(), time.Duration(0))
+		})
+	})
+	t.Run("on a Lease's handles after the lease was lost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "job", ttl10s)
+			require.NoError(t, err)
+			lease, err := l.KeepAlive(ctx)
+			require.NoError(t, err)
+			time.Sleep(4 * time.Second) // one extension
+			latest := lease.Lock()
+			require.NotSame(t, l, latest)
+			for _, n := range c.nodes {
+				require.NoError(t, n.m.Set("job", "thief"))
+			}
+			<-lease.Done()
+			require.ErrorIs(t, lease.Err(), redlock.ErrLockLost)
+			assert.True(t, time.Now().Before(latest.ValidUntil()), "lost before its deadline")
+			for _, h := range []*redlock.Lock{l, latest, lease.Lock()} {
+				assert.LessOrEqual(t, h.Validity(), time.Duration(0))
+			}
+			require.ErrorIs(t, lease.Release(ctx), redlock.ErrNotHeld)
+		})
+	})
+	t.Run("not when the caller's context ends the Lease", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			l, err := c.rl.Acquire(ctx, "job", ttl10s)
+			require.NoError(t, err)
+			parent, cancel := context.WithCancel(ctx)
+			lease, err := l.KeepAlive(parent)
+			require.NoError(t, err)
+			cancel()
+			<-lease.Done()
+			synctest.Wait()
+			assert.Positive(t, l.Validity(), "not extended any more, but held until its deadline")
+			require.NoError(t, lease.Release(ctx))
+		})
+	})
+}
+
+// Release waits for the node calls that an extension left running (the
+// extension returned at its quorum), as it does for the acquisition's.
+func TestRelease_WaitsForExtensionStragglers(t *testing.T) {
+	lc := newLeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		l, err := c.rl.Acquire(ctx, "job", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		// Extensions are slow on node 2.
+		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			return isScript("extend", cmd, args)
+		})
+		base := goleak.IgnoreCurrent()
+		start := time.Now()
+		ext, err := l.Extend(ctx, ttl10s)
+		require.NoError(t, err)
+		assert.Zero(t, time.Since(start), "Extend returns at its quorum")
+		require.NoError(t, ext.Release(ctx))
+		lc.verifyNone(t, base)
+		assert.Equal(t, 50*time.Millisecond, time.Since(start))
+	})
+}
+
+// TryAcquire adds its single-attempt policy to a copy of the options: the
+// caller's slice, spare capacity included, is left as it was.
+func TestTryAcquire_LeavesCallersOptionsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		opts := make([]redlock.Option, 1, 2)
+		opts[0] = redlock.WithKeyPrefix("lock:")
+		l, err := c.rl.TryAcquire(context.Background(), "job", ttl10s, opts...)
+		require.NoError(t, err)
+		assert.Nil(t, opts[:2][1], "TryAcquire wrote into the spare capacity of the caller's slice")
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
+// Acquire that finds the Client closed between attempts returns ErrClosed
+// only after the node calls of its earlier attempts have ended.
+func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
+	lc := newLeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1)
+		c.nodes[2].SlowAcquire(50 * time.Millisecond)
+		closing := make(chan struct{})
+		retry := redlock.RetryFunc(func(int) (time.Duration, bool) {
+			close(closing) // the first attempt failed: close during the wait
+			return 10 * time.Millisecond, true
+		})
+		base := goleak.IgnoreCurrent()
+		go func() {
+			<-closing
+			_ = c.rl.Close() // waits for the calls too, in its own goroutine
+		}()
+		start := time.Now()
+		_, err := c.rl.Acquire(context.Background(), "job", ttl10s, redlock.WithRetry(retry))
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		lc.verifyNone(t, goleak.IgnoreAnyFunction("github.com/d3b93e30/redlock.(*Client).Close"), base)
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Acquire waited for the slow node's call")
+		synctest.Wait()
+		assert.False(t, c.nodes[2].Has("job"), "the late grant was undone")
+	})
+}
