@@ -255,6 +255,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		}
 	}
 	acquiredAt := time.Now()
+	start = cfg.mutant.AcquireStart(start, acquiredAt) // chaos mutant hook
 	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
 	if ok && validity <= 0 {
 		ok = false

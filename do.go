@@ -204,6 +204,9 @@ func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc
 			return
 		case <-next.C:
 		}
+		if s.cfg.mutant.NeverExtends() { // chaos mutant hook
+			continue
+		}
 		nl, err := l.Extend(s.ctx, l.ttl)
 		switch {
 		case s.ctx.Err() != nil:
@@ -235,6 +238,9 @@ func attemptStart(l *Lock) time.Time {
 // fail ends the Lease's context with cause, and reports the loss if it was
 // this call that ended it.
 func (s *Lease) fail(cause error) {
+	if s.cfg.mutant.IgnoresLoss() { // chaos mutant hook
+		return
+	}
 	// Every handle of the lock stops trusting it before the context says so.
 	s.Lock().state.ended.Store(true)
 	s.cancel(cause)

@@ -54,6 +54,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // Errors returned by the package. Test them with errors.Is; a *QuorumError
@@ -148,6 +150,8 @@ type config struct {
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
+
+	mutant *mutation.Knobs // chaos mutant hook: nil except in the chaos harness's mutants
 }
 
 func defaultConfig() config {
@@ -518,7 +522,8 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	if err := cfg.checkRetention(0); err != nil {
 		return nil, err
 	}
-	return &Client{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}, nil
+	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
+	return &Client{nodes: nodes, quorum: quorum, cfg: cfg}, nil
 }
 
 // isNil reports whether v is nil or holds a nil function or pointer: a typed

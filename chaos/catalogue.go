@@ -14,16 +14,28 @@ const (
 	// 16 clients under the race detector; it is still small against the TTL.
 	catalogueNodeTimeout = 50 * time.Millisecond
 	scriptedTTL          = time.Second
+	// delayed-replies: the replies of a majority arrive after 96% of the
+	// TTL, beyond TTL − drift (drift factor 0.05: 27 ms), and well within the
+	// per-node timeout (TTL − 1 ms) even on a loaded machine.
+	delayedTTL   = 500 * time.Millisecond
+	delayedReply = 480 * time.Millisecond
 )
 
 // Catalogue returns every built-in scenario, in the order `redlock chaos`
-// runs them: the failure modes of docs/safety.md, each with the verdict we expect
+// runs them: the failure modes a Redlock must survive (or, where the
+// algorithm cannot, the documented limits), each with the verdict we expect
 // and why. The scenarios pick nodes relative to the cluster size (minority,
-// majority), so they run on any N ≥ 3.
+// majority, the overlap of two quorums), so the expected verdicts hold on any
+// N ≥ 3, odd or even.
 func Catalogue() []Scenario {
 	loop := func(clients int) Workload {
 		return Workload{Clients: clients, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond, Gap: 2 * time.Millisecond}
 	}
+	// The whole Acquire API: several writes per hold, one extension per
+	// hold (longer and shorter TTLs alternate), and a buggy caller's
+	// extension of the handle it has just released, which must fail.
+	everything := loop(4)
+	everything.Extend, everything.ExtendReleased = true, true
 	// Two clients: A (client 0) acquires once and works for its whole
 	// validity; B (client 1) starts right after A acquired and keeps trying.
 	// The TTL is longer than the loops' because the faults A's acquisition
@@ -31,26 +43,52 @@ func Catalogue() []Scenario {
 	// finish while A still holds the lock.
 	holderAndRival := Workload{
 		Clients: 2, TTL: scriptedTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond, MaxAcquires: 1,
-		HoldOf:  map[int]time.Duration{0: scriptedTTL},
+		HoldOf: map[int]time.Duration{0: scriptedTTL}, WriteEvery: 10 * time.Millisecond,
 		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}},
 	}
 	afterA := &Trigger{Client: 0, Nth: 1}
 	// While the minority tail is cut off, A's quorum is exactly the other
 	// nodes; healing the tail right after A acquired gives B a path to a
-	// quorum through any one of A's nodes that misbehaves.
+	// quorum through the overlap of the two quorums if those nodes
+	// misbehave.
 	tailCut := Fault{Nodes: NodeSet{Pick: PickMinorityTail}, Action: Partition}
 	tailBack := Fault{On: afterA, Nodes: NodeSet{Pick: PickMinorityTail}, Action: HealNetworkAct}
+	overlap := NodeSet{Pick: PickOverlap}
 	guarded := holderAndRival
 	guarded.Quarantine = time.Minute
-	amnesiaFaults := []Fault{tailCut, tailBack, {On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 1}, Action: Amnesia}}
+	amnesiaFaults := []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: Amnesia}}
 	churn := loop(6)
 	churn.Quarantine = time.Minute
+	// The rival retries every millisecond at most, so that it takes the
+	// lock within a few milliseconds of the moment it is free (a second
+	// rival would split the votes with it).
+	// The TTL is twice as long as the other holder's: the window a broken
+	// drift allowance opens (0.9% of the TTL − 2 ms, less the time A's SET
+	// took to reach the fast node) must be wide enough to hit on a loaded
+	// machine.
+	drifting := holderAndRival
+	drifting.RetryMax = time.Millisecond
+	drifting.TTL = 2 * scriptedTTL
+	drifting.HoldOf = map[int]time.Duration{0: drifting.TTL}
+	// Long holds kept alive by Do (client 0) and KeepAlive (client 1).
+	long := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: 2 * catalogueNodeTimeout, Hold: 5 * catalogueTTL / 2,
+		WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond, AcquireTimeout: 10 * catalogueTTL,
+		Modes: []Mode{ModeDo, ModeKeepAlive}}
+	// A holds with Do for 3 TTLs; B uses Acquire and starts once A holds.
+	doAndRival := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond,
+		HoldOf: map[int]time.Duration{0: 3 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
+		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeDo, ModeAcquire}}
 
 	return []Scenario{
 		{
-			Name: "no-faults", Summary: "4 clients take turns on one key, nothing fails",
-			Expect: Safe, Why: "a key is only granted when it is free on a majority; holders release before the next one starts",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Name: "no-faults", Summary: "4 clients take turns on one key, extend and write throughout each hold; nothing fails",
+			Expect: Safe, Why: "a key is only granted when it is free on a majority; extensions are owner-checked, and a released handle cannot be extended",
+			Workload: everything, Duration: trialLength, Availability: Available, KeysReleased: true,
+		},
+		{
+			Name: "long-holds", Summary: fmt.Sprintf("2 clients hold for %v (TTL %v) with Do and KeepAlive, writing every 10 ms", 5*catalogueTTL/2, catalogueTTL),
+			Expect: Safe, Why: "the lease extends the lock before its validity ends, and Do's reentrant Acquire shares the holder's lock",
+			Workload: long, Duration: 6 * catalogueTTL, Availability: Available, Extends: true, KeysReleased: true,
 		},
 		{
 			Name: "minority-killed", Summary: "a random minority of nodes is killed mid-run",
@@ -65,10 +103,24 @@ func Catalogue() []Scenario {
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: Kill}},
 		},
 		{
+			Name: "majority-partition", Summary: "a random majority is cut off for the first third of the run, then healed",
+			Expect: Safe, Why: "no lock while only a minority is reachable; after the heal, locks are granted again",
+			// Two thirds of the run are healed: the clients reconnect to the
+			// nodes that were cut off, which takes a while on a loaded machine.
+			Workload: loop(3), Duration: 3 * trialLength / 2, Availability: Available, NoneBefore: trialLength / 2,
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: Partition, For: trialLength / 2}},
+		},
+		{
 			Name: "minority-partition", Summary: "a random minority is cut off (requests and replies lost)",
 			Expect: Safe, Why: "partitioned nodes only cost votes; the per-node timeout keeps acquires fast",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: Partition}},
+		},
+		{
+			Name: "asymmetric-partition", Summary: "right after A took the lock with Do, A (only) loses a majority of nodes; B still sees every node",
+			Expect: Safe, Why: "A's extension fails, so its lock-bound context ends and A stops writing before B can take the expired key",
+			Workload: doAndRival, Duration: 3 * catalogueTTL, Availability: Available,
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition}},
 		},
 		{
 			Name: "lost-replies", Summary: "a minority executes every command but its replies are lost",
@@ -100,14 +152,12 @@ func Catalogue() []Scenario {
 			Duration: 2 * trialLength, Availability: Available,
 		},
 		{
-			// The per-node timeout is below TTL − drift, as the library
-			// requires, so one round trip always leaves validity; the two
-			// round trips of an acquisition (vote, fencing write-back) do not.
-			Name: "delayed-replies", Summary: fmt.Sprintf("a majority's replies are delayed %v: the vote and the fencing write-back take longer than the %v TTL allows", 2*catalogueTTL/3, catalogueTTL),
-			Expect: Safe, Why: "elapsed time is measured from before the first request, so the SETs land but validity is negative and the lock is refused",
-			Workload: Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: 5 * catalogueTTL / 6, Hold: 5 * time.Millisecond},
-			Duration: 2 * trialLength, Availability: Unavailable, Fixed: true,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: DelayReplies, Amount: 2 * catalogueTTL / 3}},
+			Name: "delayed-replies", Summary: fmt.Sprintf("a majority's replies are delayed %v, 96%% of the %v TTL", delayedReply, delayedTTL),
+			Expect: Safe, Why: "elapsed time is measured from before the first request, so the SETs land but the validity time runs out and the lock is refused",
+			Workload: Workload{Clients: 1, TTL: delayedTTL, NodeTimeout: delayedTTL - time.Millisecond, Hold: 5 * time.Millisecond,
+				AcquireTimeout: 3 * delayedTTL, DriftFactor: 0.05, SingleAttempt: true, NoFencing: true},
+			Duration: 4 * delayedTTL, Availability: Unavailable, Fixed: true, FailCause: "validity time ran out",
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: DelayReplies, Amount: delayedReply}},
 		},
 		{
 			Name: "client-pause", Summary: fmt.Sprintf("the holder freezes for %v (a GC pause) after acquiring, then writes", 2*catalogueTTL),
@@ -120,14 +170,14 @@ func Catalogue() []Scenario {
 			Duration: 3 * catalogueTTL, Availability: Available,
 		},
 		{
-			Name: "amnesia-unguarded", Summary: "a node in the holder's quorum restarts without its data; amnesia guard off",
-			Expect: Unsafe, Why: "the restarted node grants the key again and, with the nodes that were cut off, forms a second quorum; its fencing counter is lost too, so tokens may repeat",
+			Name: "amnesia-unguarded", Summary: "the overlap of two quorums restarts without its data; amnesia guard off",
+			Expect: Unsafe, Why: "the restarted nodes grant the key again and, with the nodes that were cut off, form a second quorum; their fencing counters are lost too, so tokens may repeat",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3, FencingBreaks: true,
 			Faults: amnesiaFaults,
 		},
 		{
 			Name: "amnesia-guarded", Summary: "the same restart without data, with the amnesia guard on (1 min quarantine)",
-			Expect: Safe, Why: "the restarted node's epoch for the key is gone, so its vote is quarantined until a trusted majority vouches for it; the rival waits for the holder's release",
+			Expect: Safe, Why: "the restarted nodes' epoch for the key is gone, so their votes are quarantined until a trusted majority vouches for them; the rival waits for the holder's release",
 			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
 			Faults: amnesiaFaults,
 		},
@@ -143,25 +193,22 @@ func Catalogue() []Scenario {
 			},
 		},
 		{
-			Name: "clock-jump", Summary: fmt.Sprintf("a node in the holder's quorum jumps its clock %v forward", scriptedTTL),
-			Expect: Unsafe, Why: "the key expires early on that node; the drift allowance only covers slow drift, not steps",
+			Name: "clock-jump", Summary: fmt.Sprintf("the overlap of two quorums jumps its clock %v forward while A holds", scriptedTTL),
+			Expect: Unsafe, Why: "the key expires early on those nodes; the drift allowance only covers slow drift, not steps",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack,
-				{On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 1}, Action: JumpClock, Amount: scriptedTTL}},
+			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: JumpClock, Amount: scriptedTTL}},
 		},
 		{
-			Name: "clock-fast", Summary: "a node in the holder's quorum runs its clock 3× fast",
-			Expect: Unsafe, Why: "the key expires after a third of the TTL on that node; 200% drift is far beyond the 1% drift factor",
+			Name: "clock-fast", Summary: "the overlap of two quorums runs its clock 3× fast",
+			Expect: Unsafe, Why: "the key expires after a third of the TTL there; 200% drift is far beyond the 1% drift factor",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack,
-				{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0}}, Action: ClockRate, Rate: 3}},
+			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 3}},
 		},
 		{
-			Name: "clock-drift-in-budget", Summary: "a node in the holder's quorum runs its clock 0.4% fast, within the 1% drift factor",
-			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock before that node frees the key",
-			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack,
-				{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0}}, Action: ClockRate, Rate: 1.004}},
+			Name: "clock-drift-in-budget", Summary: "the overlap of two quorums runs its clock 0.9% fast, just within the 1% drift factor",
+			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock about 3 ms before those nodes free the key; the rival retries every millisecond",
+			Workload: drifting, Duration: 2 * drifting.TTL, Availability: Available, MinNodes: 3,
+			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 1.009}},
 		},
 	}
 }
@@ -190,6 +237,7 @@ func (s Scenario) Scaled(k float64) Scenario {
 	d := func(x time.Duration) time.Duration { return time.Duration(float64(x) * k) }
 	w := s.Workload
 	w.TTL, w.NodeTimeout, w.Hold, w.Gap, w.Stagger, w.AcquireTimeout = d(w.TTL), d(w.NodeTimeout), d(w.Hold), d(w.Gap), d(w.Stagger), d(w.AcquireTimeout)
+	w.WriteEvery, w.RetryMax = d(w.WriteEvery), d(w.RetryMax)
 	// Whole milliseconds: Redis TTLs are set in ms.
 	w.TTL = w.TTL.Round(time.Millisecond)
 	if w.HoldOf != nil {
@@ -212,5 +260,6 @@ func (s Scenario) Scaled(k float64) Scenario {
 	}
 	s.Faults = faults
 	s.Duration = d(s.Duration)
+	s.NoneBefore = d(s.NoneBefore)
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/d3b93e30/redlock"
@@ -290,6 +291,53 @@ func (c *Cluster) Keys(ctx context.Context, pattern string) (map[int][]string, e
 		return nil, err
 	}
 	return out, nil
+}
+
+// ownersLeft counts the nodes (not killed, not paused) on which key holds
+// one of the owner values in owners, asking each server directly.
+func (c *Cluster) ownersLeft(ctx context.Context, key string, owners map[string]bool) (int, error) {
+	left := 0
+	for _, n := range c.nodes {
+		killed, paused, err := n.state()
+		if err != nil {
+			return 0, err
+		}
+		if killed || paused {
+			continue
+		}
+		gctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		v, err := n.admin.Get(gctx, key).Result()
+		cancel()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return 0, fmt.Errorf("chaos: get %s on %s: %w", key, n.name, err)
+		case owners[v]:
+			left++
+		}
+	}
+	return left, nil
+}
+
+// deleteKey deletes key (only that key) on every node that is up, asking
+// each server directly.
+func (c *Cluster) deleteKey(ctx context.Context, key string) error {
+	for _, n := range c.nodes {
+		killed, paused, err := n.state()
+		if err != nil {
+			return err
+		}
+		if killed || paused {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		err = n.admin.Del(dctx, key).Err()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("chaos: delete %s on %s: %w", key, n.name, err)
+		}
+	}
+	return nil
 }
 
 // HealAll brings every node back to normal, in parallel: killed nodes are

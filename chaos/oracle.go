@@ -50,7 +50,7 @@ type HoldID int
 //     `at` times (ties in the order Wrote was called).
 //   - A token order violation is a pair of consecutive holds, in order of
 //     acquisition time, whose tokens do not strictly increase; pairs where both
-//     tokens are 0 (fencing off) are skipped.
+//     tokens are 0 (fencing off) are skipped unless ExpectTokens was called.
 //
 // An Oracle is safe for concurrent use by any number of goroutines. The zero
 // value is not usable; create one with NewOracle.
@@ -68,6 +68,7 @@ type Oracle struct {
 	unknown  int           // events naming a HoldID that was never returned
 	latest   time.Duration // latest offset seen in any event
 	seenTime bool
+	tokens   bool // ExpectTokens: zero tokens are not "fencing off"
 }
 
 // NewOracle returns an empty Oracle whose clock starts now (time.Now()).
@@ -89,6 +90,32 @@ func (o *Oracle) Declare(clients, nodes int) {
 	defer o.mu.Unlock()
 	o.clients = max(o.clients, clients)
 	o.nodes = max(o.nodes, nodes)
+}
+
+// ExpectTokens states that fencing is on: every hold must carry a token that
+// is higher than the previous holder's, so a pair of zero tokens counts as a
+// token order violation too (a lock whose counter never moves).
+func (o *Oracle) ExpectTokens() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.tokens = true
+}
+
+// Extended records that the holder of hold now believes its lock valid until
+// validUntil (an extension, longer or shorter, or a Lease's latest handle).
+// The believed-held interval ends at the latest validUntil recorded. A call
+// naming an unknown HoldID is counted in Report.UnknownHoldEvents.
+func (o *Oracle) Extended(hold HoldID, validUntil time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.hold(hold)
+	if h == nil {
+		o.unknown++
+		return
+	}
+	h.ValidUntil = o.offset(validUntil)
+	h.ValidUntilMS = durMS(h.ValidUntil)
+	h.Extensions++
 }
 
 // Acquired records a successful acquisition by client and returns its HoldID.
@@ -156,6 +183,14 @@ func (o *Oracle) Failed(client int, at time.Time, latency time.Duration, attempt
 // hold's acted interval. A write naming an unknown HoldID (including 0) is
 // counted in Report.UnknownHoldEvents and otherwise ignored.
 func (o *Oracle) Wrote(hold HoldID, resource string, token uint64, accepted bool, at time.Time) {
+	o.WroteSpan(hold, resource, token, accepted, at, at)
+}
+
+// WroteSpan is Wrote for a write that started at `at` (the time the oracle
+// orders writes by) and returned at end (recorded in WriteRecord.End for
+// the cross-check, which lets writes whose spans overlap happen in either
+// order). An end before at is taken as at.
+func (o *Oracle) WroteSpan(hold HoldID, resource string, token uint64, accepted bool, at, end time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h := o.hold(hold)
@@ -166,7 +201,7 @@ func (o *Oracle) Wrote(hold HoldID, resource string, token uint64, accepted bool
 	off := o.offset(at)
 	o.writes = append(o.writes, WriteRecord{
 		Hold: hold, Client: h.Client, Resource: resource, Token: token,
-		Accepted: accepted, At: off, AtMS: durMS(off),
+		Accepted: accepted, At: off, AtMS: durMS(off), End: max(o.offset(end), off),
 	})
 }
 
@@ -232,6 +267,9 @@ type HoldRecord struct {
 	ValidUntil time.Duration `json:"valid_until_ns"`
 	// ValidUntilMS is ValidUntil in milliseconds.
 	ValidUntilMS float64 `json:"valid_until_ms"`
+	// Extensions counts the Extended calls for this hold; ValidUntil is
+	// the last one's.
+	Extensions int `json:"extensions"`
 	// HasRelease reports whether Released was called for this hold; Released
 	// and ReleasedMS are meaningful only then.
 	HasRelease bool `json:"has_release"`
@@ -292,6 +330,8 @@ type WriteRecord struct {
 	At time.Duration `json:"at_ns"`
 	// AtMS is At in milliseconds.
 	AtMS float64 `json:"at_ms"`
+	// End is when the write returned (At when only its start was recorded).
+	End time.Duration `json:"end_ns"`
 	// Stale is true for an accepted write that the oracle judged stale (see
 	// Oracle); always false for a rejected write. Filled in by History.
 	Stale bool `json:"stale"`
@@ -390,6 +430,8 @@ type History struct {
 	// UnknownHoldEvents counts Released and Wrote calls naming an unknown
 	// HoldID.
 	UnknownHoldEvents int `json:"unknown_hold_events"`
+
+	tokens bool // Oracle.ExpectTokens was called
 }
 
 // ResourceStats summarises the writes to one named resource.
@@ -442,6 +484,9 @@ type Report struct {
 	StaleWritesFenced int `json:"stale_writes_fenced"`
 	// RejectedWritesFenced counts writes ResourceFenced refused.
 	RejectedWritesFenced int `json:"rejected_writes_fenced"`
+	// ExtendedHolds counts holds whose validity was extended at least once
+	// (Oracle.Extended with a later deadline than at acquisition).
+	ExtendedHolds int `json:"extended_holds"`
 	// TokenOrderViolations counts consecutive holds (by acquisition time)
 	// whose tokens do not strictly increase, skipping pairs of zero tokens.
 	TokenOrderViolations int `json:"token_order_violations"`
@@ -496,6 +541,7 @@ func (o *Oracle) History() History {
 		Faults:            slices.Clone(o.faults),
 		Notes:             slices.Clone(o.notes),
 		UnknownHoldEvents: o.unknown,
+		tokens:            o.tokens,
 	}
 	if o.seenTime {
 		h.End = max(o.latest, 0)
@@ -659,6 +705,9 @@ func (h *History) report() Report {
 		if x.HasRelease {
 			r.Releases++
 		}
+		if x.Extensions > 0 {
+			r.ExtendedHolds++
+		}
 		ok = append(ok, x.Latency)
 	}
 	all = append(all, ok...)
@@ -695,7 +744,7 @@ func (h *History) report() Report {
 	byStart := h.holdsByAcquired()
 	for i := 1; i < len(byStart); i++ {
 		prev, cur := byStart[i-1].Token, byStart[i].Token
-		if prev == 0 && cur == 0 {
+		if prev == 0 && cur == 0 && !h.tokens {
 			continue
 		}
 		if cur <= prev {

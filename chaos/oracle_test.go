@@ -463,3 +463,40 @@ func TestOracleConcurrentUse(t *testing.T) {
 	}
 	assert.Len(t, seen, clients*rounds)
 }
+
+// With fencing on, a holder whose token equals the previous one's is out of
+// order even when both are 0 (a counter that never moves).
+func TestOracle_ExpectTokensCountsZeroPairs(t *testing.T) {
+	for _, expect := range []bool{false, true} {
+		o := NewOracle()
+		if expect {
+			o.ExpectTokens()
+		}
+		now := time.Now()
+		o.Acquired(0, 0, now, now.Add(time.Millisecond), 0, 1)
+		o.Acquired(1, 0, now.Add(2*time.Millisecond), now.Add(3*time.Millisecond), 0, 1)
+		want := 0
+		if expect {
+			want = 1
+		}
+		assert.Equal(t, want, o.Report().TokenOrderViolations, "ExpectTokens %v", expect)
+	}
+}
+
+// Extended moves the believed end of a hold (later or earlier) and counts.
+func TestOracle_ExtendedMovesTheBelievedEnd(t *testing.T) {
+	o := NewOracle()
+	now := o.Start()
+	a := o.Acquired(0, 1, now, now.Add(10*time.Millisecond), 0, 1)
+	b := o.Acquired(1, 2, now.Add(15*time.Millisecond), now.Add(20*time.Millisecond), 0, 1)
+	assert.Zero(t, o.Report().Violations)
+	o.Extended(a, now.Add(30*time.Millisecond))
+	r := o.Report()
+	assert.Equal(t, 1, r.Violations)
+	assert.Equal(t, 1, r.ExtendedHolds)
+	o.Extended(a, now.Add(12*time.Millisecond))
+	assert.Zero(t, o.Report().Violations)
+	o.Extended(HoldID(99), now)
+	assert.Equal(t, 1, o.Report().UnknownHoldEvents)
+	_ = b
+}

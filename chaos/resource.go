@@ -1,6 +1,10 @@
 package chaos
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/d3b93e30/redlock/fencing"
+)
 
 // Resource is a shared store that lock holders write to. Write stores value
 // sent with the holder's fencing token (0 when fencing is off) and reports
@@ -53,16 +57,22 @@ func (r *PlainResource) Writes() int {
 	return r.writes
 }
 
-// FencedResource rejects a write whose token is lower than the highest token
-// it already accepted (Kleppmann's fencing: the storage checks the token).
-// Equal tokens are accepted (the same holder writing twice), so with fencing
-// off (every token 0) it accepts everything. It keeps the last accepted value
-// and counts accepted and rejected writes. It is safe for concurrent use; the
-// zero value is ready to use, as is NewFencedResource().
+// FencedResource is a store fenced by the repository's own fencing.Guard
+// (Kleppmann's fencing: the storage checks the token), so the harness tests
+// the guard that ships. It rejects a write whose token is lower than the
+// highest token it already accepted. Like the Guard it accepts an equal token,
+// so that one holder may write several times during its hold; two holders
+// given the same token would both be accepted, and the Oracle counts the
+// older one's accepted writes after the newer one's as stale writes to the
+// fenced resource, while its token-order check reports the repeated token. So
+// with fencing off (every token 0) it accepts everything. It keeps the last
+// accepted value and counts accepted and rejected writes. It is safe for
+// concurrent use; the zero value is ready to use, as is NewFencedResource().
 type FencedResource struct {
+	guard fencing.Guard
+
 	mu       sync.Mutex
 	value    string
-	highest  uint64
 	writes   int
 	rejected int
 }
@@ -70,18 +80,23 @@ type FencedResource struct {
 // NewFencedResource returns an empty FencedResource (highest token 0).
 func NewFencedResource() *FencedResource { return &FencedResource{} }
 
-// Write stores value and returns true if token is at least the highest token
-// accepted so far; otherwise it leaves the resource unchanged and returns
-// false.
+// Write stores value and returns true if fencing.Guard.Do accepts token (at
+// least the highest token accepted so far); otherwise it leaves the resource
+// unchanged and returns false.
 func (r *FencedResource) Write(token uint64, value string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if token < r.highest {
+	err := r.guard.Do(token, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.value = value
+		r.writes++
+		return nil
+	})
+	if err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		r.rejected++
 		return false
 	}
-	r.value, r.highest = value, token
-	r.writes++
 	return true
 }
 
@@ -90,7 +105,7 @@ func (r *FencedResource) Write(token uint64, value string) bool {
 func (r *FencedResource) Last() (value string, token uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.value, r.highest
+	return r.value, r.guard.Highest()
 }
 
 // Writes returns how many writes the resource accepted.

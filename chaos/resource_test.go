@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -79,4 +80,20 @@ func TestResourceConcurrentWrites(t *testing.T) {
 	assert.Equal(t, writers*each, fenced.Writes()+fenced.Rejected())
 	_, tok := fenced.Last()
 	assert.Equal(t, uint64(writers*each), tok, "the highest token always wins")
+}
+
+// The fenced resource is fencing.Guard: it accepts an equal token (the same
+// holder writing again), so two holders given one token both pass; the
+// oracle then counts the older holder's accepted write as stale.
+func TestFencedResource_EqualTokenFromAnotherHolderIsCountedStale(t *testing.T) {
+	r := NewFencedResource()
+	o := NewOracle()
+	now := o.Start()
+	a := o.Acquired(0, 7, now, now.Add(time.Second), 0, 1)
+	b := o.Acquired(1, 7, now.Add(time.Millisecond), now.Add(time.Second), 0, 1)
+	o.Wrote(b, ResourceFenced, 7, r.Write(7, "b"), now.Add(2*time.Millisecond))
+	o.Wrote(a, ResourceFenced, 7, r.Write(7, "a"), now.Add(3*time.Millisecond))
+	rep := o.Report()
+	assert.Equal(t, 1, rep.StaleWritesFenced)
+	assert.Equal(t, 1, rep.TokenOrderViolations)
 }

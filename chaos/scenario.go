@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,11 @@ const (
 	PickRandom         Pick = "random"          // NodeSet.Count nodes at random
 	PickMinorityTail   Pick = "minority-tail"   // the last N − (N/2+1) nodes
 	PickGranted        Pick = "granted"         // NodeSet.Count of the nodes that granted the triggering acquisition
+	// PickOverlap picks nodes 0 .. 2q−N−1 (q = N/2+1): the fewest nodes
+	// two quorums share. While the minority tail is cut off, a holder's
+	// quorum is nodes 0 .. q−1; if these nodes lose its key, they and the
+	// tail form a second quorum. That is 1 node for odd N and 2 for even N.
+	PickOverlap Pick = "overlap"
 )
 
 // NodeSet selects the nodes a fault applies to.
@@ -72,14 +78,18 @@ type NodeSet struct {
 // Fault is one scheduled fault: at a time from the trial's start, or right
 // after an acquisition in the workload (On), on a set of nodes, undone after
 // For (0 = left until the trial ends; the cluster is healed between trials).
+// A network fault with Clients applies only to those workload clients'
+// connections (an asymmetric partition: the other clients still reach the
+// nodes); each client then reaches each node through a proxy of its own.
 type Fault struct {
-	At     time.Duration `json:"at,omitempty"`
-	On     *Trigger      `json:"on,omitempty"`
-	Nodes  NodeSet       `json:"nodes"`
-	Action Action        `json:"action"`
-	Amount time.Duration `json:"amount,omitempty"` // pause length, delay, clock jump
-	Rate   float64       `json:"rate,omitempty"`   // clock rate for ClockRate
-	For    time.Duration `json:"for,omitempty"`
+	At      time.Duration `json:"at,omitempty"`
+	On      *Trigger      `json:"on,omitempty"`
+	Nodes   NodeSet       `json:"nodes"`
+	Clients []int         `json:"clients,omitempty"`
+	Action  Action        `json:"action"`
+	Amount  time.Duration `json:"amount,omitempty"` // pause length, delay, clock jump
+	Rate    float64       `json:"rate,omitempty"`   // clock rate for ClockRate
+	For     time.Duration `json:"for,omitempty"`
 }
 
 // Availability is what a scenario expects of acquisitions.
@@ -114,6 +124,20 @@ type Scenario struct {
 	// Fixed scenarios are not stretched by Scaled: their margins are
 	// absolute.
 	Fixed bool `json:"fixed,omitempty"`
+	// FailCause, when set, must appear in the error of at least one failed
+	// acquisition per trial (the failure the scenario provokes), else the
+	// verdict is Broken.
+	FailCause string `json:"fail_cause,omitempty"`
+	// Extends requires at least one hold per trial to be extended (by
+	// Extend, KeepAlive or Do), else the verdict is Broken.
+	Extends bool `json:"extends,omitempty"`
+	// KeysReleased checks, after the trial, that no lock whose Release
+	// returned nil is still held on a majority of nodes, else the verdict
+	// is Broken.
+	KeysReleased bool `json:"keys_released,omitempty"`
+	// NoneBefore: no acquisition may succeed before this offset from the
+	// trial's start, else the verdict is Broken.
+	NoneBefore time.Duration `json:"none_before,omitempty"`
 }
 
 // Result is the outcome of running one scenario for some trials.
@@ -122,7 +146,8 @@ type Result struct {
 	Backend      Backend       `json:"backend"`
 	Nodes        int           `json:"nodes"`
 	Trials       int           `json:"trials"`
-	Seed         uint64        `json:"seed"`
+	Seed         uint64        `json:"seed,string"`
+	Mutant       string        `json:"mutant,omitempty"`
 	Expect       Verdict       `json:"expect"`
 	Observed     Verdict       `json:"observed"`
 	Why          string        `json:"why"`
@@ -140,9 +165,19 @@ type Result struct {
 	Histories    []History     `json:"-"`
 }
 
-// Match reports whether the observed verdict is the expected one (a skipped
-// scenario matches).
-func (r Result) Match() bool { return r.Skipped != "" || r.Observed == r.Expect }
+// Match reports whether the scenario ran and its observed verdict is the
+// expected one. A skipped scenario does not match (nor mismatch: see
+// Mismatch).
+func (r Result) Match() bool { return r.Skipped == "" && r.Observed == r.Expect }
+
+// Mismatch reports whether the scenario ran and its observed verdict differs
+// from the expected one.
+func (r Result) Mismatch() bool { return r.Skipped == "" && r.Observed != r.Expect }
+
+// UnsafeTrialLimit bounds the trials Run makes of a scenario expected to be
+// unsafe that has not shown its violation yet: it runs more trials than
+// asked, up to this many in all, before it reports the scenario safe.
+const UnsafeTrialLimit = 8
 
 // TrialSeed derives the seed of one trial of one scenario from the run's
 // seed, so a scenario replays the same schedule whatever else ran.
@@ -153,20 +188,57 @@ func TrialSeed(seed uint64, scenario string, trial int) uint64 {
 }
 
 // Run runs s for trials trials on cluster, healing and wiping the cluster
-// before each trial, and returns the aggregated result. progress, if not nil,
-// is called with a line after each trial. It returns an error only when the
-// harness itself fails (a node cannot be healed); a fault the backend cannot
-// produce makes the result Skipped.
+// before each trial, and returns the aggregated result. A scenario expected
+// to be unsafe that showed no violation in those trials gets more, up to
+// UnsafeTrialLimit in all, and its notes say how many it took. progress, if
+// not nil, is called with a line after each trial. It returns an error only
+// when the harness itself fails (a node cannot be healed, or the porcupine
+// cross-check disagrees with the Oracle: see crossCheck); a fault the
+// backend cannot produce makes the result Skipped.
+//
+// The verdict: Broken if any trial broke a promise of the library; else
+// Unsafe if any trial was unsafe (an expected-unsafe scenario claims that
+// the failure can happen, so one trial shows it; an expected-safe one must
+// be safe in every trial); else Safe. So the verdict never contradicts the
+// counts: Safe means no violation and no stale plain write in any trial.
 func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uint64, progress func(string)) (Result, error) {
+	return run(ctx, cluster, s, nil, trials, seed, progress)
+}
+
+// RunMutant is Run against a mutant of the lock (see Mutant): every workload
+// client is made that mutant. It runs up to trials trials and stops at the
+// first whose verdict differs from the scenario's expected one: the mutant
+// is caught (Result.Mismatch).
+func RunMutant(ctx context.Context, cluster *Cluster, s Scenario, m Mutant, trials int, seed uint64, progress func(string)) (Result, error) {
+	if m.NotCovered != "" {
+		return Result{}, fmt.Errorf("chaos: mutant %s cannot run: %s", m.Name, m.NotCovered)
+	}
+	if err := m.Check(); err != nil {
+		return Result{}, err
+	}
+	return run(ctx, cluster, s, &m, trials, seed, progress)
+}
+
+func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials int, seed uint64, progress func(string)) (Result, error) {
 	n := len(cluster.Nodes())
-	res := Result{Scenario: s.Name, Backend: cluster.Backend(), Nodes: n, Trials: trials, Seed: seed, Expect: s.Expect, Why: s.Why}
+	res := Result{Scenario: s.Name, Backend: cluster.Backend(), Nodes: n, Seed: seed, Expect: s.Expect, Why: s.Why}
+	if m != nil {
+		res.Mutant = m.Name
+	}
 	if s.MinNodes > 0 && n < s.MinNodes {
 		res.Skipped = fmt.Sprintf("needs at least %d nodes", s.MinNodes)
 		return res, nil
 	}
+	limit := trials
+	if s.Expect == Unsafe {
+		limit = max(trials, UnsafeTrialLimit)
+	}
 	var latencies []time.Duration
 	verdicts := map[Verdict]int{}
-	for trial := 0; trial < trials; trial++ {
+	for trial := 0; trial < limit; trial++ {
+		if trial >= trials && verdicts[Unsafe]+verdicts[Broken] > 0 {
+			break
+		}
 		if err := cluster.HealAll(ctx); err != nil {
 			return res, fmt.Errorf("chaos: heal before %s trial %d: %w", s.Name, trial+1, err)
 		}
@@ -174,7 +246,7 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 			return res, fmt.Errorf("chaos: flush before %s trial %d: %w", s.Name, trial+1, err)
 		}
 		tseed := TrialSeed(seed, s.Name, trial)
-		tr, err := runTrial(ctx, cluster, s, tseed)
+		tr, err := runTrial(ctx, cluster, s, m, tseed)
 		if errors.Is(err, errUnsupported) {
 			res.Skipped = err.Error()
 			return res, nil
@@ -182,6 +254,7 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 		if err != nil {
 			return res, err
 		}
+		res.Trials++
 		rep := tr.report
 		res.Reports = append(res.Reports, rep)
 		res.Histories = append(res.Histories, tr.history)
@@ -194,7 +267,8 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 		latencies = append(latencies, tr.latencies...)
 		v, notes := judge(s, rep, tr)
 		verdicts[v]++
-		for _, note := range notes {
+		caught := m != nil && v != s.Expect
+		for _, note := range append(notes, tr.info...) {
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
 		}
 		if progress != nil {
@@ -202,21 +276,25 @@ func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uin
 				s.Name, trial+1, trials, tseed, v, count(rep.Acquisitions, "acquisition"), count(rep.Violations, "violation"),
 				rep.StaleWritesPlain, rep.StaleWritesFenced))
 		}
+		if caught {
+			break // a mutant is caught by one trial
+		}
 	}
-	// The run's verdict: broken beats everything; an expected-unsafe
-	// scenario must show the unsafety in every trial, an expected-safe one
-	// must be safe in every trial.
 	switch {
 	case verdicts[Broken] > 0:
 		res.Observed = Broken
-	case verdicts[Unsafe] > 0 && s.Expect == Unsafe && verdicts[Safe] > 0:
-		// Not reproduced every time: report the weaker outcome.
-		res.Observed = Safe
-		res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials only", verdicts[Unsafe], trials))
 	case verdicts[Unsafe] > 0:
 		res.Observed = Unsafe
 	default:
 		res.Observed = Safe
+	}
+	if s.Expect == Unsafe {
+		switch {
+		case verdicts[Unsafe] == 0:
+			res.Notes = append(res.Notes, fmt.Sprintf("no violation in %d trials (the limit is %d)", res.Trials, limit))
+		case res.Trials > trials || verdicts[Unsafe] < res.Trials:
+			res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials", verdicts[Unsafe], res.Trials))
+		}
 	}
 	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
 	return res, nil
@@ -252,6 +330,32 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 			notes = append(notes, fmt.Sprintf("%d acquisitions succeeded, but none may", rep.Acquisitions))
 		}
 	}
+	if s.FailCause != "" {
+		seen := false
+		for reason := range rep.FailureReasons {
+			seen = seen || strings.Contains(reason, s.FailCause)
+		}
+		if !seen {
+			notes = append(notes, fmt.Sprintf("no acquisition failed with %q", s.FailCause))
+		}
+	}
+	if s.Extends && rep.ExtendedHolds == 0 {
+		notes = append(notes, "no hold was ever extended, but the scenario holds the lock past its TTL")
+	}
+	if s.NoneBefore > 0 {
+		for _, h := range tr.history.Holds {
+			if h.Acquired < s.NoneBefore {
+				notes = append(notes, fmt.Sprintf("a lock was acquired at %v, before the majority was reachable (%v)", h.Acquired.Round(time.Millisecond), s.NoneBefore))
+				break
+			}
+		}
+	}
+	if tr.keysLeft > 0 {
+		notes = append(notes, fmt.Sprintf("a released lock (Release returned nil) was still held on %d of %d nodes", tr.keysLeft, tr.nodes))
+	}
+	if len(tr.notes) > 0 {
+		notes = append(notes, tr.notes...)
+	}
 	if len(notes) > 0 {
 		return Broken, notes
 	}
@@ -269,18 +373,73 @@ type trialResult struct {
 	history         History
 	latencies       []time.Duration
 	expiredHandouts int
+	keysLeft        int // nodes holding the lock key after the workload (KeysReleased)
+	nodes           int
+	notes           []string // other broken promises
+	info            []string // remarks that do not change the verdict
 }
 
-// runTrial runs one trial of s.
-func runTrial(ctx context.Context, cluster *Cluster, s Scenario, seed uint64) (trialResult, error) {
-	clients, err := s.Workload.connect(ctx, cluster)
+// clientProxies returns, when some fault of s names clients, a proxy per
+// workload client and node (in front of the node's own proxy), and the
+// addresses each client dials.
+func clientProxies(cluster *Cluster, s Scenario) ([][]*Proxy, [][]string, error) {
+	nodes := cluster.Nodes()
+	addrs := make([][]string, s.Workload.Clients)
+	perClient := false
+	for _, f := range s.Faults {
+		perClient = perClient || len(f.Clients) > 0
+	}
+	if !perClient {
+		for i := range addrs {
+			addrs[i] = cluster.Addrs()
+		}
+		return nil, addrs, nil
+	}
+	proxies := make([][]*Proxy, s.Workload.Clients)
+	for i := range proxies {
+		for _, n := range nodes {
+			p, err := NewProxy(n.Addr())
+			if err != nil {
+				closeProxies(proxies)
+				return nil, nil, err
+			}
+			proxies[i] = append(proxies[i], p)
+			addrs[i] = append(addrs[i], p.Addr())
+		}
+	}
+	return proxies, addrs, nil
+}
+
+func closeProxies(proxies [][]*Proxy) {
+	for _, ps := range proxies {
+		for _, p := range ps {
+			_ = p.Close()
+		}
+	}
+}
+
+// runTrial runs one trial of s, with the mutant m unless it is nil.
+func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed uint64) (trialResult, error) {
+	proxies, addrs, err := clientProxies(cluster, s)
+	if err != nil {
+		return trialResult{}, err
+	}
+	defer closeProxies(proxies)
+	clients, err := s.Workload.connect(ctx, addrs, m)
 	if err != nil {
 		return trialResult{}, err
 	}
 	defer closeClients(clients)
+	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
+		return trialResult{}, err
+	}
 	o := NewOracle()
+	if !s.Workload.NoFencing {
+		o.ExpectTokens()
+	}
 	o.Declare(s.Workload.Clients, len(cluster.Nodes()))
 	inj := newInjector(cluster, o, seed)
+	inj.clientProxies = proxies
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 
@@ -305,9 +464,8 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, seed uint64) (t
 	}
 
 	var (
-		mu        sync.Mutex
-		latencies []time.Duration
-		expired   int
+		mu      sync.Mutex
+		expired int
 	)
 	onAcquire := func(a Acquisition) {
 		mu.Lock()
@@ -322,18 +480,38 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, seed uint64) (t
 		}
 	}
 	res := Resources{Plain: NewPlainResource(), Fenced: NewFencedResource()}
-	s.Workload.run(tctx, clients, o, res, seed, onAcquire)
+	stats := s.Workload.run(tctx, clients, o, res, seed, onAcquire)
 	cancel()
 	inj.stop()
 	if err := inj.firstErr(); err != nil {
 		return trialResult{}, err
 	}
-	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: expired}
-	for _, h := range tr.history.Holds {
-		latencies = append(latencies, h.Latency)
+	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: expired, nodes: len(cluster.Nodes())}
+	if stats.revived > 0 {
+		tr.notes = append(tr.notes, fmt.Sprintf("%d extensions of a released lock succeeded", stats.revived))
 	}
-	tr.latencies = latencies
-
+	if s.KeysReleased {
+		// A Release that returned nil promised that a majority no longer
+		// holds the key for that owner. (A release that failed, or a
+		// failed attempt's SET that ran late, may leave keys: not this.)
+		left, err := cluster.ownersLeft(ctx, s.Workload.key(), stats.released)
+		if err != nil {
+			return trialResult{}, fmt.Errorf("chaos: keys after %s: %w", s.Name, err)
+		}
+		if left >= tr.nodes/2+1 {
+			tr.keysLeft = left
+		}
+	}
+	note, err := crossCheck(tr.history, tr.report.StaleWritesFenced)
+	if err != nil {
+		return trialResult{}, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	if note != "" {
+		tr.info = append(tr.info, note)
+	}
+	for _, h := range tr.history.Holds {
+		tr.latencies = append(tr.latencies, h.Latency)
+	}
 	return tr, nil
 }
 
@@ -342,6 +520,10 @@ type injector struct {
 	cluster *Cluster
 	oracle  *Oracle
 	rng     *rand.Rand
+
+	// clientProxies[c][n] is client c's own proxy to node n, when the
+	// scenario has per-client faults.
+	clientProxies [][]*Proxy
 
 	mu     sync.Mutex
 	timers []*time.Timer
@@ -436,6 +618,12 @@ func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
 		return random(n/2 + 1)
 	case PickRandom:
 		return random(ns.Count)
+	case PickOverlap:
+		out := make([]int, 0, 2)
+		for i := range 2*(n/2+1) - n {
+			out = append(out, i)
+		}
+		return out
 	case PickMinorityTail:
 		out := make([]int, 0, minority)
 		for i := n - minority; i < n; i++ {
@@ -459,6 +647,12 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 	for _, i := range inj.pick(f.Nodes, granted) {
 		if i < 0 || i >= len(inj.cluster.Nodes()) {
 			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, len(inj.cluster.Nodes()))
+		}
+		if len(f.Clients) > 0 {
+			if err := inj.applyToClients(ctx, f, i); err != nil {
+				return err
+			}
+			continue
 		}
 		node := inj.cluster.Node(i)
 		now := time.Now()
@@ -545,6 +739,55 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 			inj.schedule(ctx, f.For, func() {
 				inj.closeBand(i, lbl, time.Now())
 				inj.applyLogged(ctx, undo, nil)
+			})
+		}
+	}
+	return nil
+}
+
+// applyToClients applies a network fault to node i as f.Clients reach it
+// (their own proxies), and schedules its undoing after f.For.
+func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
+	now := time.Now()
+	for _, c := range f.Clients {
+		if c < 0 || c >= len(inj.clientProxies) {
+			return fmt.Errorf("chaos: fault %s names client %d of %d", f.Action, c, len(inj.clientProxies))
+		}
+		p := inj.clientProxies[c][i]
+		var label string
+		switch f.Action {
+		case DelayRequests:
+			p.DelayRequests(f.Amount)
+			label = "requests +" + f.Amount.String()
+		case DelayReplies:
+			p.DelayReplies(f.Amount)
+			label = "replies +" + f.Amount.String()
+		case DropRequests:
+			p.DropRequests(true)
+			label = "requests lost"
+		case DropReplies:
+			p.DropReplies(true)
+			label = "replies lost"
+		case Partition:
+			p.DropRequests(true)
+			p.DropReplies(true)
+			label = "partitioned"
+		case HealNetworkAct:
+			p.Heal()
+			inj.closeNetworkBands(i, now)
+			continue
+		default:
+			return fmt.Errorf("chaos: fault %s cannot be limited to some clients (only network faults can)", f.Action)
+		}
+		label = fmt.Sprintf("%s for client %d", label, c)
+		inj.mu.Lock()
+		inj.open[bandKey{i, label, true}] = now
+		inj.mu.Unlock()
+		if f.For > 0 {
+			lbl := label
+			inj.schedule(ctx, f.For, func() {
+				p.Heal()
+				inj.closeBand(i, lbl, time.Now())
 			})
 		}
 	}

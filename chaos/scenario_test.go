@@ -128,3 +128,67 @@ func TestRun_TimedFaultIsApplied(t *testing.T) {
 	require.Len(t, killed, 1, "faults: %+v", res.Histories[0].Faults)
 	assert.GreaterOrEqual(t, killed[0].From, 100*time.Millisecond)
 }
+
+// The overlap of two quorums is 2q−N nodes: with those and the minority
+// tail, a second quorum forms, for odd and even N alike.
+func TestPick_OverlapOfTwoQuorums(t *testing.T) {
+	ctx := context.Background()
+	for n := 3; n <= 7; n++ {
+		cluster, err := NewCluster(ctx, ClusterOptions{Nodes: n})
+		require.NoError(t, err)
+		inj := newInjector(cluster, NewOracle(), 1)
+		q := n/2 + 1
+		overlap := inj.pick(NodeSet{Pick: PickOverlap}, nil)
+		tail := inj.pick(NodeSet{Pick: PickMinorityTail}, nil)
+		assert.Len(t, overlap, 2*q-n, "N=%d", n)
+		assert.Equal(t, q, len(overlap)+len(tail), "N=%d: overlap and tail form a quorum", n)
+		for _, i := range overlap {
+			assert.Less(t, i, q, "N=%d: the overlap lies in the holder's quorum", n)
+		}
+		require.NoError(t, cluster.Close())
+	}
+}
+
+// A scenario expected unsafe that shows no violation gets more trials, up to
+// UnsafeTrialLimit, and then reports safe, saying so: the verdict follows the
+// counts. Skipped is neither a match nor a mismatch.
+func TestRun_ExpectedUnsafeRunsMoreTrials(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
+	require.NoError(t, err)
+	defer cluster.Close()
+	s := Scenario{
+		Name: "quiet", Expect: Unsafe, Duration: 30 * time.Millisecond,
+		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
+	}
+	res, err := Run(ctx, cluster, s, 1, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, UnsafeTrialLimit, res.Trials)
+	assert.Equal(t, Safe, res.Observed)
+	assert.Zero(t, res.Violations)
+	assert.True(t, res.Mismatch())
+	assert.Contains(t, res.Notes, "no violation in 8 trials (the limit is 8)")
+
+	s.MinNodes = 5
+	res, err = Run(ctx, cluster, s, 1, 1, nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, res.Skipped)
+	assert.False(t, res.Match())
+	assert.False(t, res.Mismatch())
+}
+
+// With an even number of nodes two quorums share two nodes; the scripted
+// scenarios fault that overlap, so their expected verdicts hold (N=4).
+func TestCatalogue_EvenNodes(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 4})
+	require.NoError(t, err)
+	defer cluster.Close()
+	for _, name := range []string{"clock-jump", "amnesia-unguarded", "amnesia-guarded"} {
+		s, ok := Find(name)
+		require.True(t, ok)
+		res, err := Run(ctx, cluster, s.Scaled(testTimeScale), 1, 5, nil)
+		require.NoError(t, err)
+		assert.Equal(t, s.Expect, res.Observed, "%s on 4 nodes: %v", name, res.Notes)
+	}
+}

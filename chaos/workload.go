@@ -9,31 +9,58 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/d3b93e30/redlock"
 )
 
 // Workload is what the clients of one trial do: each of Clients clients, with
 // its own redlock.Client (as separate processes would have), repeatedly
-// acquires Key, writes to the shared resources, works for Hold, and releases,
-// until the trial ends or it made MaxAcquires acquisitions.
+// takes the lock on Key in its Mode, writes to the shared resources every
+// WriteEvery for as long as it believes it holds the lock (up to Hold), and
+// releases, until the trial ends or it made MaxAcquires acquisitions.
 type Workload struct {
 	Clients     int           // number of clients M (≥ 1)
 	Key         string        // the lock key, default "chaos"
 	TTL         time.Duration // lock TTL (> the drift allowance)
 	NodeTimeout time.Duration // per-node timeout; 0 = the library's default for TTL
-	Hold        time.Duration // work time while holding, capped at the remaining validity
+	Hold        time.Duration // how long a holder works, capped by what it believes it holds
 	// HoldOf overrides Hold for some clients (by index).
 	HoldOf map[int]time.Duration
-	Gap    time.Duration // pause between a release and the client's next Acquire (randomised up to 2×)
+	// WriteEvery is the time between two writes of a holder; default
+	// Hold/4, at least 1 ms. Every hold writes at least once.
+	WriteEvery time.Duration
+	Gap        time.Duration // pause between a release and the client's next Acquire (randomised up to 2×)
 	// AcquireTimeout bounds one Acquire call (its context); default 2 × TTL.
+	// Do ignores it (its context is the lock's).
 	AcquireTimeout time.Duration
-	MaxAcquires    int           // per client; 0 = no limit
-	Stagger        time.Duration // client i starts at i × Stagger
+	// RetryMax caps the delay between two attempts of one Acquire
+	// (ExponentialRetry from 2 ms); default 20 ms.
+	RetryMax time.Duration
+	// SingleAttempt makes every Acquire call one attempt (no retries), so
+	// that each failed attempt is recorded with its own cause.
+	SingleAttempt bool
+	MaxAcquires   int           // per client; 0 = no limit
+	Stagger       time.Duration // client i starts at i × Stagger
 	// StartOn makes client i (i ≥ 1) wait for the trigger instead of
 	// starting at i × Stagger.
 	StartOn map[int]Trigger
 	// Pause freezes one client between acquiring and writing, like a GC pause.
 	Pause *Pause
+	// Modes gives client i the mode Modes[i % len(Modes)]; empty means
+	// every client uses ModeAcquire.
+	Modes []Mode
+	// Extend makes an Acquire-mode holder extend its lock once in the middle
+	// of each hold, to 2 × TTL on odd holds and TTL/2 on even ones, and go on
+	// trusting the new validity (shorter or longer).
+	Extend bool
+	// ExtendReleased makes every client, right after releasing, extend the
+	// handle it just released, as a buggy caller might. That must fail; if
+	// it succeeds the client believes it holds the lock again and writes.
+	ExtendReleased bool
+	// DriftFactor is the clients' clock drift factor; 0 = the library's
+	// default (0.01).
+	DriftFactor float64
 	// NoFencing runs the clients without fencing tokens: every token is 0,
 	// so the fenced resource cannot tell holders apart.
 	NoFencing bool
@@ -41,6 +68,23 @@ type Workload struct {
 	// 0 leaves it off.
 	Quarantine time.Duration
 }
+
+// Mode is how a workload client takes and keeps the lock.
+type Mode string
+
+// The modes.
+const (
+	// ModeAcquire: Acquire, write while the handle's validity lasts
+	// (Extend if Workload.Extend), Release.
+	ModeAcquire Mode = "acquire"
+	// ModeKeepAlive: Acquire, then Lock.KeepAlive; write while the Lease's
+	// context is live; Lease.Release.
+	ModeKeepAlive Mode = "keepalive"
+	// ModeDo: Client.Do; inside, a reentrant Acquire on the lock-bound
+	// context gives the handle (no round trip), and the holder writes while
+	// that context is live.
+	ModeDo Mode = "do"
+)
 
 // Pause describes a process pause (a stop-the-world GC, a VM migration) of
 // one client after its Nth acquisition, before it writes to the resources
@@ -72,26 +116,55 @@ type Resources struct {
 	Fenced *FencedResource
 }
 
-// connect makes one redlock.Client per workload client and warms its
-// connections with one acquire and release of a key of its own, so that the
-// trial measures the lock, not the first dials (a dial must fit in the
-// per-node timeout, and go-redis pauses dialing a node for a second after
-// repeated dial failures). Client 0 warms up on the workload's key itself:
-// the key then has a history on every node (a fencing counter, and with the
-// amnesia guard a trusted epoch), as a key in production use would. Call it
-// before any fault is applied.
-func (w Workload) connect(ctx context.Context, cluster *Cluster) ([]*redlock.Client, error) {
+// client is one workload client: its redlock.Client and what closes it.
+type client struct {
+	*redlock.Client
+	close func()
+}
+
+// connect makes one redlock.Client per workload client, over addrs[i] (the
+// nodes' addresses as client i reaches them), with mutant's options and
+// script rewrites when mutant is not nil, and warms its connections with one
+// acquire and release of a key of its own, so that the trial measures the
+// lock, not the first dials (a dial must fit in the per-node timeout, and
+// go-redis pauses dialing a node for a second after repeated dial failures).
+// Client 0 warms up on the workload's key itself: the key then has a history
+// on every node (a fencing counter, and with the amnesia guard a trusted
+// epoch), as a key in production use would; the trial then deletes the lock
+// key itself (not its history) on every node, so that a release that failed
+// to delete it (a mutant) does not block the trial. Call it before any fault
+// is applied.
+func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant) ([]client, error) {
 	if w.Clients < 1 {
 		return nil, fmt.Errorf("chaos: workload needs at least one client, got %d", w.Clients)
 	}
+	retryMax := w.RetryMax
+	if retryMax <= 0 {
+		retryMax = 20 * time.Millisecond
+	}
 	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), redlock.WithQuarantine(w.Quarantine),
-		redlock.WithRetry(redlock.ExponentialRetry(2*time.Millisecond, 20*time.Millisecond, 0))}
+		redlock.WithRetry(redlock.ExponentialRetry(min(2*time.Millisecond, retryMax), retryMax, 0))}
+	if w.SingleAttempt {
+		opts = append(opts, redlock.WithRetry(redlock.NoRetry()))
+	}
 	if w.NodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(w.NodeTimeout))
 	}
-	clients := make([]*redlock.Client, w.Clients)
+	if w.DriftFactor > 0 {
+		opts = append(opts, redlock.WithDriftFactor(w.DriftFactor))
+	}
+	var hook redis.Hook
+	if mutant != nil {
+		opts = append(opts, mutant.options()...)
+		h, err := mutant.hook()
+		if err != nil {
+			return nil, err
+		}
+		hook = h
+	}
+	clients := make([]client, w.Clients)
 	for i := range clients {
-		c, err := cluster.Client(opts...)
+		c, err := dialClient(addrs[i], hook, opts)
 		if err != nil {
 			closeClients(clients[:i])
 			return nil, err
@@ -105,6 +178,9 @@ func (w Workload) connect(ctx context.Context, cluster *Cluster) ([]*redlock.Cli
 			if i == 0 {
 				key = w.key()
 			}
+			// A long node timeout: under the amnesia guard, a warm-up that
+			// failed half-way would leave the key's epochs unvouched on some
+			// nodes, and their votes quarantined for the whole trial.
 			if l, err := c.TryAcquire(ctx, key, 2*time.Second, redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)); err == nil {
 				_ = l.Release(ctx)
 			}
@@ -114,10 +190,42 @@ func (w Workload) connect(ctx context.Context, cluster *Cluster) ([]*redlock.Cli
 	return clients, nil
 }
 
-func closeClients(clients []*redlock.Client) {
+// dialClient returns a redlock client over addrs whose node connections are
+// made as Cluster.Client's, with hook (if not nil) on each.
+func dialClient(addrs []string, hook redis.Hook, opts []redlock.Option) (client, error) {
+	conns := make([]redis.UniversalClient, len(addrs))
+	closeConns := func() {
+		for _, rc := range conns {
+			if rc != nil {
+				_ = rc.Close()
+			}
+		}
+	}
+	for i, a := range addrs {
+		rc := redlock.NewNodeClient(a, func(o *redis.Options) {
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = ClientDialTimeout, ClientIOTimeout, ClientIOTimeout
+			o.PoolSize = ClientPoolSize
+		})
+		if hook != nil {
+			rc.AddHook(hook)
+		}
+		conns[i] = rc
+	}
+	c, err := redlock.New(conns, opts...)
+	if err != nil {
+		closeConns()
+		return client{}, err
+	}
+	return client{Client: c, close: func() {
+		_ = c.Close()
+		closeConns()
+	}}, nil
+}
+
+func closeClients(clients []client) {
 	for _, c := range clients {
-		if c != nil {
-			_ = c.Close()
+		if c.close != nil {
+			c.close()
 		}
 	}
 }
@@ -129,12 +237,33 @@ func (w Workload) key() string {
 	return w.Key
 }
 
+func (w Workload) mode(i int) Mode {
+	if len(w.Modes) == 0 {
+		return ModeAcquire
+	}
+	return w.Modes[i%len(w.Modes)]
+}
+
+func (w Workload) holdFor(i int) time.Duration {
+	if h, ok := w.HoldOf[i]; ok {
+		return h
+	}
+	return w.Hold
+}
+
+func (w Workload) writeEvery() time.Duration {
+	if w.WriteEvery > 0 {
+		return w.WriteEvery
+	}
+	return max(w.Hold/4, time.Millisecond)
+}
+
 // run runs the workload with clients (from connect) until ctx ends or every
 // client is done. onAcquire is called synchronously, in the acquiring
 // client's goroutine, before it writes: faults triggered by an acquisition
 // are in place before the holder goes on.
-func (w Workload) run(ctx context.Context, clients []*redlock.Client, o *Oracle, res Resources, seed uint64, onAcquire func(Acquisition)) {
-	key := w.key()
+// It returns what the clients saw of the library's promises.
+func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Resources, seed uint64, onAcquire func(Acquisition)) *workloadStats {
 	acquireTimeout := w.AcquireTimeout
 	if acquireTimeout <= 0 {
 		acquireTimeout = 2 * w.TTL
@@ -173,71 +302,259 @@ func (w Workload) run(ctx context.Context, clients []*redlock.Client, o *Oracle,
 	}
 
 	var wg sync.WaitGroup
+	stats := &workloadStats{released: map[string]bool{}}
 	for i, c := range clients {
-		rng := rand.New(rand.NewPCG(seed, uint64(i)+1))
+		h := &holder{w: w, i: i, c: c.Client, key: w.key(), acquireTimeout: acquireTimeout, o: o, res: res,
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats}
 		wg.Go(func() {
 			select {
 			case <-started[i]:
 			case <-ctx.Done():
 				return
 			}
-			w.client(ctx, i, c, key, acquireTimeout, o, res, rng, fire)
+			h.loop(ctx)
 		})
 	}
 	wg.Wait()
+	return stats
 }
 
-// client is one client's loop.
-func (w Workload) client(ctx context.Context, i int, c *redlock.Client, key string, acquireTimeout time.Duration,
-	o *Oracle, res Resources, rng *rand.Rand, fire func(Acquisition)) {
-	for n := 1; ctx.Err() == nil && (w.MaxAcquires == 0 || n <= w.MaxAcquires); {
-		actx, cancel := context.WithTimeout(ctx, acquireTimeout)
-		start := time.Now()
-		lock, err := c.Acquire(actx, key, w.TTL)
-		cancel()
-		latency := time.Since(start)
-		if err != nil {
-			attempts := 1
-			var qe *redlock.QuorumError
-			if errors.As(err, &qe) {
-				attempts = qe.Attempts
-			}
-			if ctx.Err() == nil { // the trial's end is not a failure
-				o.Failed(i, time.Now(), latency, attempts, err.Error())
-			}
+// workloadStats is what the clients of a trial saw of the library's
+// promises.
+type workloadStats struct {
+	mu       sync.Mutex
+	revived  int             // extensions of released locks that succeeded
+	released map[string]bool // owner values of the locks whose Release returned nil
+}
+
+func (s *workloadStats) release(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released[owner] = true
+}
+
+func (s *workloadStats) revive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revived++
+}
+
+// holder is one workload client's loop.
+type holder struct {
+	w              Workload
+	i              int
+	c              *redlock.Client
+	key            string
+	acquireTimeout time.Duration
+	o              *Oracle
+	res            Resources
+	rng            *rand.Rand
+	fire           func(Acquisition)
+	stats          *workloadStats
+}
+
+func (h *holder) loop(ctx context.Context) {
+	for n := 1; ctx.Err() == nil && (h.w.MaxAcquires == 0 || n <= h.w.MaxAcquires); {
+		var ok bool
+		if h.w.mode(h.i) == ModeDo {
+			ok = h.holdDo(ctx, n)
+		} else {
+			ok = h.holdLock(ctx, n)
+		}
+		if !ok {
 			continue
 		}
-		hold := o.Acquired(i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
-		fire(Acquisition{Client: i, Nth: n, Lock: lock})
-
-		if p := w.Pause; p != nil && p.Client == i && p.Nth == n {
-			o.Note(time.Now(), "client "+strconv.Itoa(i)+" paused "+p.Length.String())
-			sleepCtx(ctx, p.Length)
-		}
-		value := fmt.Sprintf("client %d hold %d", i, n)
-		at := time.Now()
-		o.Wrote(hold, "plain", lock.Token(), res.Plain.Write(lock.Token(), value), at)
-		at = time.Now()
-		o.Wrote(hold, "fenced", lock.Token(), res.Fenced.Write(lock.Token(), value), at)
-
-		// A careful holder works only while the lock is valid.
-		holdFor := w.Hold
-		if h, ok := w.HoldOf[i]; ok {
-			holdFor = h
-		}
-		if work := min(holdFor, lock.Validity()-time.Millisecond); work > 0 {
-			sleepCtx(ctx, work)
-		}
-		o.Released(hold, time.Now())
-		_ = lock.Release(context.WithoutCancel(ctx))
 		n++
-		if w.Gap > 0 {
-			sleepCtx(ctx, w.Gap+time.Duration(rng.Int64N(int64(w.Gap)+1)))
+		if h.w.Gap > 0 {
+			sleepCtx(ctx, h.w.Gap+time.Duration(h.rng.Int64N(int64(h.w.Gap)+1)))
 		}
 	}
 }
 
+// failed records a failed acquisition (the trial's end is not a failure).
+func (h *holder) failed(ctx context.Context, err error, latency time.Duration) {
+	attempts := 1
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		attempts = qe.Attempts
+	}
+	if ctx.Err() == nil {
+		h.o.Failed(h.i, time.Now(), latency, attempts, err.Error())
+	}
+}
+
+// write writes to both resources.
+func (h *holder) write(hold HoldID, token uint64, n int) {
+	value := fmt.Sprintf("client %d hold %d", h.i, n)
+	at := time.Now()
+	h.o.Wrote(hold, ResourcePlain, token, h.res.Plain.Write(token, value), at)
+	at = time.Now()
+	ok := h.res.Fenced.Write(token, value)
+	h.o.WroteSpan(hold, ResourceFenced, token, ok, at, time.Now())
+}
+
+// pause freezes the holder if the workload's Pause names this hold, then
+// writes once without looking at the clock, as a holder waking from a GC
+// pause would.
+func (h *holder) pause(ctx context.Context, hold HoldID, token uint64, n int) {
+	if p := h.w.Pause; p != nil && p.Client == h.i && p.Nth == n {
+		h.o.Note(time.Now(), "client "+strconv.Itoa(h.i)+" paused "+p.Length.String())
+		sleepCtx(ctx, p.Length)
+		h.write(hold, token, n)
+	}
+}
+
+// holdLock is one hold in ModeAcquire or ModeKeepAlive. It reports whether
+// the lock was acquired.
+func (h *holder) holdLock(ctx context.Context, n int) bool {
+	w := h.w
+	actx, cancel := context.WithTimeout(ctx, h.acquireTimeout)
+	start := time.Now()
+	lock, err := h.c.Acquire(actx, h.key, w.TTL)
+	cancel()
+	latency := time.Since(start)
+	if err != nil {
+		h.failed(ctx, err, latency)
+		return false
+	}
+	hold := h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
+	h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
+	h.pause(ctx, hold, lock.Token(), n)
+
+	var lease *redlock.Lease
+	live := func() bool { return time.Now().Before(lock.ValidUntil()) }
+	if w.mode(h.i) == ModeKeepAlive {
+		if lease, err = lock.KeepAlive(ctx); err != nil {
+			h.o.Note(time.Now(), fmt.Sprintf("client %d: keepalive: %v", h.i, err))
+			lease = nil
+		} else {
+			live = func() bool {
+				if lease.Context().Err() != nil {
+					return false
+				}
+				if l := lease.Lock(); l != lock {
+					lock = l
+					h.o.Extended(hold, l.ValidUntil())
+				}
+				return true
+			}
+		}
+	}
+	// A careful holder writes only while it believes it holds the lock.
+	deadline := time.Now().Add(w.holdFor(h.i))
+	extended := !w.Extend || lease != nil
+	for first := true; first || (time.Now().Before(deadline) && ctx.Err() == nil); first = false {
+		if !live() {
+			break
+		}
+		if !extended && time.Since(lock.AcquiredAt()) >= w.holdFor(h.i)/2 {
+			extended = true
+			ttl := 2 * w.TTL
+			if n%2 == 0 {
+				ttl = (w.TTL / 2).Round(time.Millisecond)
+			}
+			if nl, err := lock.Extend(ctx, ttl); err == nil {
+				lock = nl
+				h.o.Extended(hold, nl.ValidUntil())
+			} else if !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
+				h.o.Note(time.Now(), fmt.Sprintf("client %d: extend: %v", h.i, err))
+			}
+			if !live() {
+				break
+			}
+		}
+		h.write(hold, lock.Token(), n)
+		sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
+	}
+	h.o.Released(hold, time.Now())
+	var err2 error
+	if lease != nil {
+		err2 = lease.Release(context.WithoutCancel(ctx))
+	} else {
+		err2 = lock.Release(context.WithoutCancel(ctx))
+	}
+	if err2 == nil {
+		h.stats.release(lock.Owner())
+		if w.ExtendReleased {
+			h.extendReleased(ctx, lock, n)
+		}
+	}
+	return true
+}
+
+// extendReleased extends a handle that was just released (Release returned
+// nil: a majority no longer holds it), as a buggy caller would, after giving
+// a rival time to take the lock. The library must refuse (the key is gone
+// or someone else's); if it does not, this client believes it holds the lock
+// again, and writes.
+func (h *holder) extendReleased(ctx context.Context, lock *redlock.Lock, n int) {
+	sleepCtx(ctx, h.w.TTL/12)
+	nl, err := lock.Extend(ctx, h.w.TTL)
+	if err != nil {
+		return
+	}
+	h.stats.revive()
+	h.o.Note(time.Now(), fmt.Sprintf("client %d extended a released lock", h.i))
+	hold := h.o.Acquired(h.i, nl.Token(), time.Now(), nl.ValidUntil(), 0, 0)
+	deadline := time.Now().Add(h.w.holdFor(h.i))
+	if nl.ValidUntil().Before(deadline) {
+		deadline = nl.ValidUntil()
+	}
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		h.write(hold, nl.Token(), n)
+		sleepCtx(ctx, h.w.writeEvery())
+	}
+	h.o.Released(hold, time.Now())
+	_ = nl.Release(context.WithoutCancel(ctx))
+}
+
+// holdDo is one hold in ModeDo. It reports whether the lock was acquired.
+func (h *holder) holdDo(ctx context.Context, n int) bool {
+	w := h.w
+	start := time.Now()
+	acquired := false
+	err := h.c.Do(ctx, h.key, w.TTL, func(lctx context.Context) error {
+		acquired = true
+		// Reentrant: the lock-bound context already holds the key, so this
+		// returns the holder's handle without a round trip.
+		lock, err := h.c.Acquire(lctx, h.key, w.TTL)
+		if err != nil {
+			return err
+		}
+		hold := h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), lock.AcquiredAt().Sub(start), 1)
+		if lock.Attempts() != 0 {
+			h.o.Note(time.Now(), fmt.Sprintf("client %d: reentrant Acquire made %d attempts", h.i, lock.Attempts()))
+		}
+		h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
+		h.pause(ctx, hold, lock.Token(), n)
+		deadline := time.Now().Add(w.holdFor(h.i))
+		for first := true; first || time.Now().Before(deadline); first = false {
+			if lctx.Err() != nil {
+				break
+			}
+			if l, err := h.c.Acquire(lctx, h.key, w.TTL); err == nil && !l.ValidUntil().Equal(lock.ValidUntil()) {
+				lock = l
+				h.o.Extended(hold, l.ValidUntil())
+			}
+			h.write(hold, lock.Token(), n)
+			sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
+		}
+		h.o.Released(hold, time.Now())
+		return nil
+	})
+	if !acquired {
+		if err != nil {
+			h.failed(ctx, err, time.Since(start))
+		}
+		return false
+	}
+	return true
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

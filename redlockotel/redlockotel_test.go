@@ -6,12 +6,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/redlockotel"
@@ -331,5 +337,58 @@ func TestErrorType(t *testing.T) {
 		"_OTHER":            errors.New("fn failed"),
 	} {
 		assert.Equal(t, want, redlockotel.ErrorType(err), "%v", err)
+	}
+}
+
+// The package documentation promises that passwords are never recorded: the
+// nodes are dialed from URLs with passwords (one of them wrong, so that
+// node's failures are recorded too), and no span or data point carries a
+// password or user name, while every node's port is there.
+func TestObserver_NeverRecordsPasswords(t *testing.T) {
+	const password, wrong, user = "pw-hunter2-right", "pw-hunter2-wrong", "lockuser"
+	reader, rec := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
+	obs, err := redlockotel.New(
+		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))),
+		redlockotel.WithKeyAttribute(redlockotel.KeyPlain))
+	require.NoError(t, err)
+	var urls, ports []string
+	for i := range 3 {
+		m := miniredis.NewMiniRedis()
+		m.RequireUserAuth(user, password)
+		require.NoError(t, m.Start())
+		t.Cleanup(m.Close)
+		pw := password
+		if i == 2 {
+			pw = wrong
+		}
+		urls = append(urls, "redis://"+user+":"+pw+"@"+m.Addr()+"/0")
+		ports = append(ports, m.Port())
+	}
+	c, err := redlock.Dial(urls, redlock.WithObserver(obs))
+	require.NoError(t, err)
+	defer c.Close()
+
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	_, err = c.TryAcquire(ctx, "k", 10*time.Second)
+	require.Error(t, err)
+	_, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, c.Do(ctx, "d", 10*time.Second, func(context.Context) error { return nil }))
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	recorded := fmt.Sprintf("%+v\n", rm)
+	for _, s := range rec.Ended() {
+		recorded += fmt.Sprintf("%s %v %+v %+v %v\n", s.Name(), s.Attributes(), s.Events(), s.Status(), s.Links())
+	}
+	for _, p := range ports {
+		require.Truef(t, strings.Contains(recorded, p), "node port %s is recorded", p)
+	}
+	for _, secret := range []string{password, wrong, user} {
+		assert.Falsef(t, strings.Contains(recorded, secret), "a span or data point carries %q", secret)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -37,15 +39,22 @@ const chaosHelp = `Usage: redlock chaos [flags]
 Runs failure-mode scenarios against a Redlock cluster and prints, for each,
 how many locks were taken, how many times two holders overlapped, how many
 stale writes a plain and a fenced resource accepted, whether fencing tokens
-rose in the order the holders held the lock, the acquire latency, and
-the expected and observed verdicts. Exits 1 if any observed verdict differs
-from the expected one.
+rose in the order the holders held the lock, the acquire latency, and the
+expected and observed verdicts, with a legend and each scenario's reason.
+Exits 1 if any observed verdict differs from the expected one, or if every
+scenario was skipped.
+
+With --mutants it runs the harness against deliberately broken builds of the
+lock instead (a quorum of one, no owner check on release, ...) and prints
+which scenarios caught each one; it exits 1 if a mutant was not caught.
 
 By default it runs every scenario on 5 in-process nodes (no set-up).
 
 Examples:
   redlock chaos
-  redlock chaos --scenario client-pause --scenario amnesia-restart --svg out/
+  redlock chaos --scenario client-pause --scenario amnesia-unguarded --svg out/
+  redlock chaos --nodes 4 --scenario clock-jump --trials 1
+  redlock chaos --mutants
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
 
 Flags:
@@ -63,15 +72,26 @@ type chaosFlags struct {
 	list        bool
 	redisBinary string
 	quiet       bool
+	mutants     bool
 }
 
-func parseChaosFlags(args []string, stderr io.Writer) (chaosFlags, error) {
+// parseChaosFlags parses the flags; --help prints the help on stdout, a bad
+// flag prints the error and the help on stderr.
+func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error) {
 	var f chaosFlags
 	fs := flag.NewFlagSet("redlock chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, chaosHelp)
+		fmt.Fprint(fs.Output(), chaosHelp)
 		fs.PrintDefaults()
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			fs.SetOutput(stdout)
+		}
 	}
 	fs.StringVar(&f.backend, "backend", string(chaos.InProcess), "node backend: inprocess (miniredis, no set-up) or redis-server (real processes; needs redis-server on PATH)")
 	fs.IntVar(&f.nodes, "nodes", 5, "number of nodes N (at least 3 for most scenarios)")
@@ -89,6 +109,7 @@ func parseChaosFlags(args []string, stderr io.Writer) (chaosFlags, error) {
 	fs.BoolVar(&f.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return f, err
@@ -112,7 +133,7 @@ func parseChaosFlags(args []string, stderr io.Writer) (chaosFlags, error) {
 }
 
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f, err := parseChaosFlags(args, stderr)
+	f, err := parseChaosFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -128,6 +149,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stdout, "%-22s expect %-6s  %s\n", s.Name, s.Expect, s.Summary)
 		}
 		return 0
+	}
+	if f.mutants && len(f.scenarios) > 0 {
+		fmt.Fprintln(stderr, "redlock chaos: --mutants runs each mutant's own scenarios; drop --scenario")
+		return exitUsage
 	}
 	if len(f.scenarios) > 0 {
 		var picked []chaos.Scenario
@@ -165,9 +190,12 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 
+	if f.mutants {
+		return runMutants(ctx, cluster, f, stdout, stderr, progress)
+	}
+
 	start := time.Now()
 	var results []chaos.Result
-	ok := true
 	for i, s := range scenarios {
 		progress(fmt.Sprintf("[%d/%d] %s: %s", i+1, len(scenarios), s.Name, s.Summary))
 		res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, func(line string) { progress("        " + line) })
@@ -180,9 +208,6 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		for _, n := range res.Notes {
 			progress("        note: " + n)
-		}
-		if !res.Match() {
-			ok = false
 		}
 		results = append(results, res)
 		if f.svgDir != "" && len(res.Histories) > 0 {
@@ -198,50 +223,129 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	progress(fmt.Sprintf("redlock chaos: done in %v", time.Since(start).Round(time.Millisecond)))
 
+	sum := summarizeChaos(results)
 	if f.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
-			Seed    uint64         `json:"seed"`
+			Seed    uint64         `json:"seed,string"`
 			Backend chaos.Backend  `json:"backend"`
 			Nodes   int            `json:"nodes"`
 			Results []chaos.Result `json:"results"`
-		}{f.seed, backend, f.nodes, results}); err != nil {
+			Summary string         `json:"summary"`
+		}{f.seed, backend, f.nodes, results, sum.line()}); err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 			return exitMismatch
 		}
 	} else {
 		printTable(stdout, results, f.seed)
 	}
-	if !ok {
+	switch {
+	case sum.mismatched > 0:
 		fmt.Fprintln(stderr, "redlock chaos: some observed verdicts differ from the expected ones")
+		return exitMismatch
+	case sum.ran == 0:
+		fmt.Fprintln(stderr, "redlock chaos: every scenario was skipped: nothing was tested")
 		return exitMismatch
 	}
 	return 0
 }
 
-// printTable prints one row per scenario.
-func printTable(w io.Writer, results []chaos.Result, seed uint64) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED\t")
+// chaosSummary counts a run's outcomes.
+type chaosSummary struct{ ran, matched, mismatched, skipped int }
+
+func summarizeChaos(results []chaos.Result) chaosSummary {
+	var s chaosSummary
 	for _, r := range results {
-		observed := string(r.Observed)
+		switch {
+		case r.Skipped != "":
+			s.skipped++
+		case r.Match():
+			s.ran++
+			s.matched++
+		default:
+			s.ran++
+			s.mismatched++
+		}
+	}
+	return s
+}
+
+// line is the run's final line, e.g. "14 of 14 as expected (2 skipped)".
+func (s chaosSummary) line() string {
+	out := fmt.Sprintf("%d of %d as expected", s.matched, s.ran)
+	if s.skipped > 0 {
+		out += fmt.Sprintf(" (%d skipped)", s.skipped)
+	}
+	if s.ran == 0 {
+		out += ": nothing was tested"
+	}
+	return out
+}
+
+// printTable prints one row per scenario, the legend, each scenario's
+// reason and the final line.
+func printTable(w io.Writer, results []chaos.Result, seed uint64) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED")
+	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\tskipped\t\n", r.Scenario, r.Backend, r.Expect)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\tskipped\n", r.Scenario, r.Backend, r.Expect)
 			continue
 		}
-		if !r.Match() {
+		observed := string(r.Observed)
+		if r.Mismatch() {
 			observed += "  << MISMATCH"
 		}
 		order := "ok"
 		if r.TokenOrder > 0 {
 			order = fmt.Sprintf("%d out", r.TokenOrder)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
 			r.Violations, r.StalePlain, r.StaleFenced, order, fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "seed %d\n", seed)
+	buf.WriteString(chaosLegend)
+	buf.WriteString("\nWhy each verdict is expected:\n")
+	for _, r := range results {
+		fmt.Fprintf(&buf, "  %s: %s\n", r.Scenario, r.Why)
+		if r.Skipped != "" {
+			fmt.Fprintf(&buf, "    skipped: %s\n", r.Skipped)
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(&buf, "    note: %s\n", n)
+		}
+	}
+	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, summarizeChaos(results).line())
+	writeTrimmed(w, buf.Bytes())
+}
+
+// chaosLegend explains the table's columns and verdicts.
+const chaosLegend = `
+TRIALS              trials run (a scenario expected unsafe runs more, up to 8, until one shows it)
+ACQUIRED            locks taken, all trials together
+VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion broken)
+STALE PLAIN/FENCED  writes a resource accepted from a holder after it had accepted one from a
+                    later holder: the plain resource checks nothing; the fenced one is
+                    fencing.Guard (refuses a lower token, accepts an equal one)
+TOKEN ORDER         ok when each holder's fencing token was above the previous holder's;
+                    "N out" counts the pairs where it was not
+P50, P99            acquire latency of the successful calls
+safe                no trial had a violation or a stale write, and every check of the scenario held
+unsafe              some trial broke mutual exclusion: expected only where Redlock documents the limit
+broken              a promise of the library failed (the fenced resource took a stale write,
+                    tokens out of order, a lock handed out without validity, ...): see the notes
+skipped             the scenario cannot run on this backend or number of nodes; not a pass
+`
+
+// writeTrimmed writes b with the spaces at the ends of its lines removed.
+func writeTrimmed(w io.Writer, b []byte) {
+	lines := bytes.Split(b, []byte("\n"))
+	for i, l := range lines {
+		lines[i] = bytes.TrimRight(l, " ")
+	}
+	_, _ = w.Write(bytes.Join(lines, []byte("\n")))
 }
 
 func fmtLatency(d time.Duration) string {
@@ -272,4 +376,140 @@ func writeTimeline(dir string, s chaos.Scenario, res chaos.Result, backend chaos
 		return err
 	}
 	return out.Close()
+}
+
+// mutantTrials is how many trials `--mutants` gives each scenario of a
+// mutant; it stops at the first trial that catches the mutant.
+const mutantTrials = 3
+
+// mutantRow is one mutant's outcome.
+type mutantRow struct {
+	Mutant     string         `json:"mutant"`
+	Summary    string         `json:"summary"`
+	Caught     bool           `json:"caught"`
+	NotCovered string         `json:"not_covered,omitempty"`
+	Results    []chaos.Result `json:"results,omitempty"`
+}
+
+// runMutants runs every mutant against its scenarios and prints which caught
+// it. It returns 1 if a covered mutant survived.
+func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdout, stderr io.Writer, progress func(string)) int {
+	var rows []mutantRow
+	for _, m := range chaos.Mutants() {
+		row := mutantRow{Mutant: m.Name, Summary: m.Summary, NotCovered: m.NotCovered}
+		if m.NotCovered != "" {
+			progress(fmt.Sprintf("mutant %s: not covered: %s", m.Name, m.NotCovered))
+			rows = append(rows, row)
+			continue
+		}
+		for _, name := range m.Scenarios {
+			s, _ := chaos.Find(name)
+			res, err := chaos.RunMutant(ctx, cluster, s, m, mutantTrials, f.seed, nil)
+			if err != nil {
+				fmt.Fprintf(stderr, "redlock chaos: mutant %s, %s: %v\n", m.Name, name, err)
+				return exitMismatch
+			}
+			row.Results = append(row.Results, res)
+			row.Caught = row.Caught || res.Mismatch()
+			progress(fmt.Sprintf("mutant %-28s %-22s %s", m.Name, name, mutantCell(res)))
+		}
+		rows = append(rows, row)
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "redlock chaos: interrupted")
+			return exitMismatch
+		}
+	}
+	caught, covered, survived := 0, 0, 0
+	for _, r := range rows {
+		if r.NotCovered != "" {
+			continue
+		}
+		covered++
+		if r.Caught {
+			caught++
+		} else {
+			survived++
+		}
+	}
+	line := fmt.Sprintf("%d of %d mutants caught", caught, covered)
+	if n := len(rows) - covered; n > 0 {
+		line += fmt.Sprintf(" (%d not covered yet)", n)
+	}
+	if f.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Seed    uint64      `json:"seed,string"`
+			Nodes   int         `json:"nodes"`
+			Mutants []mutantRow `json:"mutants"`
+			Summary string      `json:"summary"`
+		}{f.seed, f.nodes, rows, line}); err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return exitMismatch
+		}
+	} else {
+		printMutants(stdout, rows, f.seed, line)
+	}
+	if survived > 0 {
+		fmt.Fprintf(stderr, "redlock chaos: %d mutants survived: the harness did not notice the broken lock\n", survived)
+		return exitMismatch
+	}
+	return 0
+}
+
+// mutantCell says what one scenario saw of a mutant, e.g.
+// "caught in trial 1: broken, 3 violations, stale 0/2, 4 tokens out".
+func mutantCell(r chaos.Result) string {
+	if r.Skipped != "" {
+		return "skipped: " + r.Skipped
+	}
+	verdict := "not caught in " + strconv.Itoa(r.Trials) + " trials"
+	if r.Mismatch() {
+		verdict = fmt.Sprintf("caught in trial %d: %s", r.Trials, r.Observed)
+	}
+	return fmt.Sprintf("%s, %d violations, stale %d/%d, %d tokens out", verdict, r.Violations, r.StalePlain, r.StaleFenced, r.TokenOrder)
+}
+
+// printMutants prints one row per mutant and scenario, the legend and the
+// final line.
+func printMutants(w io.Writer, rows []mutantRow, seed uint64, line string) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MUTANT\tSCENARIO\tTRIALS\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tOBSERVED\tRESULT")
+	for _, r := range rows {
+		if r.NotCovered != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tNOT COVERED\n", r.Mutant)
+			continue
+		}
+		for _, res := range r.Results {
+			result := "survived"
+			if res.Mismatch() {
+				result = "caught"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%d out\t%s (expect %s)\t%s\n", r.Mutant, res.Scenario, res.Trials,
+				res.Violations, res.StalePlain, res.StaleFenced, res.TokenOrder, res.Observed, res.Expect, result)
+		}
+	}
+	tw.Flush()
+	buf.WriteString(`
+A mutant is a deliberately broken build of the lock, run through the same workloads. It is
+caught when a scenario's observed verdict differs from the one expected of a correct lock;
+each scenario runs up to 3 trials and stops at the first that catches it (TRIALS).
+VIOLATIONS, STALE PLAIN/FENCED and TOKEN ORDER are as in the scenario table.
+
+Mutants:
+`)
+	for _, r := range rows {
+		fmt.Fprintf(&buf, "  %s: %s\n", r.Mutant, r.Summary)
+		if r.NotCovered != "" {
+			fmt.Fprintf(&buf, "    not covered yet: %s\n", r.NotCovered)
+		}
+		for _, res := range r.Results {
+			for _, n := range res.Notes {
+				fmt.Fprintf(&buf, "    %s, %s\n", res.Scenario, n)
+			}
+		}
+	}
+	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, line)
+	writeTrimmed(w, buf.Bytes())
 }

@@ -47,7 +47,8 @@ a distributed flock(1), e.g. for a cron job installed on several hosts that
 must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
-after --grace. The lock is released when COMMAND exits, or with --min-hold
+after --grace or when the lock's validity runs out, whichever comes first:
+another host may take the lock then. The lock is released when COMMAND exits, or with --min-hold
 once that time has passed since it was taken. While it holds the lock,
 redlock keeps a record of the holder (host name, process id, since when)
 beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
@@ -58,8 +59,9 @@ SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
 group, which gets SIGKILL if COMMAND is still running --grace later; then the
 lock is released. If redlock itself dies, even by SIGKILL, the group is
 killed at once, and what COMMAND leaves running in its group is killed when
-COMMAND exits: nothing runs on without the lock. COMMAND should not read
-from the terminal. Its stdin, stdout and stderr are redlock's.
+COMMAND exits. A process that leaves the group (setsid(1), a daemon that
+detaches) is out of reach and runs on without the lock: keep the work in
+COMMAND's group. COMMAND should not read from the terminal. Its stdin, stdout and stderr are redlock's.
 
 Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
@@ -112,7 +114,8 @@ Example:
   redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
 
   # crontab, the same on every host: one run per night, silent on the others
-  0 2 * * * redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
+  # (a full path: cron's PATH is /usr/bin:/bin)
+  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
 
 Flags:
 `
@@ -146,7 +149,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
 	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 20ms..1s)")
 	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
 	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
@@ -192,7 +195,11 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
 		return bad("--fence-env %q is not a valid environment variable name", f.fenceEnv)
 	}
-	if v := f.ttl - redlock.Drift(f.ttl, redlock.DefaultDriftFactor); f.extendEvery >= v {
+	drift := redlock.Drift(f.ttl, redlock.DefaultDriftFactor)
+	if v := f.ttl - drift; v <= 0 {
+		return bad("--ttl %v is too short: the clock-drift allowance (%v) leaves the lock no validity", f.ttl, drift)
+	}
+	if v := f.ttl - drift; f.extendEvery >= v {
 		return bad("--extend-every %v must be below the lock's validity %v (ttl − drift)", f.extendEvery, v)
 	}
 	return f, 0, true
@@ -468,7 +475,7 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 		return nil, f.busyExit
 	case qe != nil && errors.Is(err, redlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
-		conns.describeNodes(stderr, qe.Nodes)
+		conns.describeNodes(stderr, qe.Nodes, conns.askPending(ctx, qe.Nodes))
 		return nil, exitUnavailable
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
@@ -511,28 +518,36 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 
 	ctxDone, leaseDone := ctx.Done(), lease.Done()
 	var (
-		graceTimer *time.Timer
-		grace      <-chan time.Time // fires --grace after SIGTERM or a forwarded signal
-		killed     os.Signal        // the forwarded signal after which COMMAND was killed
-		got        os.Signal        // the first signal forwarded to COMMAND
+		killTimer *time.Timer
+		kill      <-chan time.Time // fires when COMMAND is to get SIGKILL
+		killAt    time.Time
+		killed    os.Signal // the forwarded signal after which COMMAND was killed
+		got       os.Signal // the first signal forwarded to COMMAND
 	)
-	startGrace := func() {
-		if graceTimer != nil {
-			graceTimer.Stop()
+	// killWithin makes COMMAND get SIGKILL at most d from now. A deadline
+	// already set stands if it is sooner: neither a second signal nor the
+	// loss of the lock postpones the SIGKILL.
+	killWithin := func(d time.Duration) {
+		at := time.Now().Add(d)
+		if killTimer != nil {
+			if !at.Before(killAt) {
+				return
+			}
+			killTimer.Stop()
 		}
-		graceTimer = time.NewTimer(f.grace)
-		grace = graceTimer.C
+		killAt, killTimer = at, time.NewTimer(d)
+		kill = killTimer.C
 	}
 	defer func() {
-		if graceTimer != nil {
-			graceTimer.Stop()
+		if killTimer != nil {
+			killTimer.Stop()
 		}
 	}()
 	forward := func(s os.Signal) {
 		j.signal(s.(syscall.Signal))
-		if got == nil { // a second signal does not postpone the SIGKILL
+		if got == nil {
 			got = s
-			startGrace()
+			killWithin(f.grace)
 		}
 	}
 	for {
@@ -577,18 +592,27 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 			t.Stop()
 		case <-leaseDone:
 			leaseDone = nil
-			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v)\n", lease.Err(), f.grace)
+			// Once the lock's validity has run out, another host may take
+			// it: COMMAND gets SIGKILL then at the latest, whatever --grace.
+			left := max(min(f.grace, time.Until(lease.Lock().ValidUntil())), 0)
+			when := ""
+			if left < f.grace {
+				when = ", when the lock's validity runs out"
+			}
+			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
 			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
 				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
-				conns.describeNodes(stderr, qe.Nodes)
+				conns.describeNodes(stderr, qe.Nodes, nil)
 			}
 			j.signal(syscall.SIGTERM)
-			startGrace()
-		case <-grace:
-			grace = nil
-			fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after SIGTERM or a forwarded signal; sending SIGKILL\n", f.grace)
+			killWithin(left)
+		case <-kill:
+			kill = nil
 			if lease.Err() == nil {
 				killed = got
+				fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after %v; sending SIGKILL\n", f.grace, got)
+			} else {
+				fmt.Fprintf(stderr, "redlock exec: COMMAND still running after SIGTERM, the lock lost; sending SIGKILL\n")
 			}
 			j.signal(syscall.SIGKILL)
 		}

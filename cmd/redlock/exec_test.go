@@ -229,6 +229,10 @@ func TestExec_Usage(t *testing.T) {
 		{"port out of range in a URL", []string{"--nodes", "redis://:hunter2@127.0.0.1:65536", "--key", "k", "--", "true"}, "out of range"},
 		{"release-on-failure alone", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--release-on-failure", "--", "true"}, "needs --min-hold"},
 		{"negative min-hold", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
+		// A TTL shorter than the clock-drift allowance gives no validity:
+		// the message names --ttl, not the --extend-every the user never gave.
+		{"ttl without validity", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "1ms", "--", "true"}, "--ttl 1ms is too short"},
+		{"ttl at the drift allowance", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "2ms", "--", "true"}, "--ttl 2ms is too short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -246,6 +250,29 @@ func TestExec_Usage(t *testing.T) {
 		assert.Contains(t, stdout.String(), "-fence-env")
 		assert.Empty(t, stderr.String())
 	})
+}
+
+func TestStatus_Usage(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("REDLOCK_NODES", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no nodes", []string{"--key", "k"}, "no nodes"},
+		{"no key", []string{"--nodes", "127.0.0.1:1"}, "--key is required"},
+		{"zero timeout", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--timeout", "0"}, "--timeout"},
+		{"negative quarantine", []string{"--nodes", "127.0.0.1:1", "--key", "k", "--quarantine", "-1s"}, "--quarantine"},
+		{"extra arguments", []string{"--nodes", "127.0.0.1:1", "--key", "k", "more"}, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			assert.Equal(t, exitUsage, runStatus(ctx, tc.args, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Empty(t, stdout.String())
+		})
+	}
 }
 
 func TestExec_UnavailableNodes(t *testing.T) {

@@ -24,7 +24,8 @@ import (
 //     however it died (SIGKILL included): it holds the read end of a pipe
 //     whose only write end is redlock's, and reads end of file then;
 //   - kills what COMMAND left behind in the group once COMMAND has exited:
-//     nothing runs on without the lock;
+//     nothing left in the group runs on without the lock (a process that
+//     left the group, by setsid, is out of reach);
 //   - reports COMMAND's status to redlock exec on a second pipe.
 //
 // COMMAND also gets the parent-death signal SIGKILL (Linux), in case the

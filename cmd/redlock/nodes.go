@@ -123,9 +123,10 @@ func (n *nodeConns) redact(msg string) string {
 
 // describeNodes writes what each node answered, one line per node: the
 // outcome, and the node's own words for a failure (WRONGPASS, NOAUTH,
-// connection refused, a timeout).
-func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult) {
-	for _, r := range nodes {
+// connection refused, a timeout). later holds, by node, what a node that
+// had not answered in time answered when asked again ("" if not asked).
+func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later []string) {
+	for i, r := range nodes {
 		line := fmt.Sprintf("  %s: %s", r.Node, r.Outcome)
 		if r.Outcome == redlock.OutcomePending {
 			line += ": no answer yet when the others had decided the vote"
@@ -133,8 +134,42 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult) {
 		if r.Err != nil {
 			line += ": " + n.redact(r.Err.Error())
 		}
+		if i < len(later) && later[i] != "" {
+			line += "; asked again: " + later[i]
+		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// askPending asks each node that had not answered when the vote was
+// decided (OutcomePending) for a PING, within the per-node timeout, and
+// returns by node what it answers: "PONG", or its error (WRONGPASS, NOAUTH,
+// a timeout). A failed acquisition then says what every node answers.
+func (n *nodeConns) askPending(ctx context.Context, nodes []redlock.NodeResult) []string {
+	out := make([]string, len(n.clients))
+	pending := make([]bool, len(n.clients))
+	ask := false
+	for i, r := range nodes {
+		// The library reports the nodes in the order they were given.
+		if i < len(n.names) && r.Node == n.names[i] && r.Outcome == redlock.OutcomePending {
+			pending[i], ask = true, true
+		}
+	}
+	if !ask {
+		return nil
+	}
+	n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
+		if !pending[i] {
+			return nil
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			out[i] = n.redact(err.Error())
+		} else {
+			out[i] = "PONG"
+		}
+		return nil
+	})
+	return out
 }
 
 // holder is the record of who holds a lock taken by redlock exec, kept

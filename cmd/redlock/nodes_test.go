@@ -76,6 +76,25 @@ func TestExec_SaysWhatEachNodeAnswered(t *testing.T) {
 	assert.Contains(t, stdout.String(), "NOAUTH")
 }
 
+// A node that had not answered when the vote was decided is asked again, so
+// that the message says what every node answers: a wrong password on all
+// three nodes shows WRONGPASS three times, not twice and a "pending".
+func TestExec_PendingNodesAreAskedAgain(t *testing.T) {
+	servers, _ := startNodes(t, 3)
+	const password = "hunter2-secret"
+	var urls []string
+	for _, s := range servers {
+		requirePass(t, s, password)
+		urls = append(urls, "redis://:wrong-"+password+"@"+s.Addr())
+	}
+	var stdout, stderr bytes.Buffer
+	code := runExec(context.Background(), []string{"--nodes", strings.Join(urls, ","), "--key", "k", "--node-timeout", "300ms", "--", "true"}, &stdout, &stderr)
+	out := stderr.String()
+	assert.Equal(t, exitUnavailable, code, out)
+	assert.Equal(t, 3, strings.Count(out, "WRONGPASS"), out)
+	assert.NotContains(t, out, password)
+}
+
 // Issue 11.6: one server named twice, by another spelling or another
 // database number, is refused at first contact as bad usage.
 func TestExec_SameServerTwice(t *testing.T) {

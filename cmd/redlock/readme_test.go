@@ -38,12 +38,22 @@ func TestREADME_CronSectionMatchesTheBinary(t *testing.T) {
 		if v, ok := strings.CutPrefix(l, "REDLOCK_NODES="); ok {
 			nodes = v
 		}
-		if _, rest, ok := strings.Cut(l, " redlock exec "); ok && line == "" {
+		if _, rest, ok := strings.Cut(l, "redlock exec "); ok && line == "" {
 			line = rest
 		}
 	}
 	require.NotEmpty(t, nodes)
 	require.NotEmpty(t, line)
+	// cron runs jobs with PATH=/usr/bin:/bin, where go install does not put
+	// the binary: the crontab lines name it by its full path.
+	for name, text := range map[string]string{"README": sec, "exec --help": help.String()} {
+		for _, l := range strings.Split(text, "\n") {
+			if strings.Contains(l, "* * ") && strings.Contains(l, "redlock exec ") {
+				assert.Contains(t, l, "/usr/local/bin/redlock exec ", "%s: a crontab line names redlock by its full path: %s", name, l)
+			}
+		}
+	}
+	assert.Contains(t, sec, "GOBIN=/usr/local/bin go install", "the README says how to put it there")
 	t.Setenv(nodesEnv, nodes)
 	var stdout, stderr bytes.Buffer
 	f, code, ok := parseExecFlags(strings.Fields(line), &stdout, &stderr)

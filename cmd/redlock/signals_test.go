@@ -191,3 +191,40 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A job that ignores SIGTERM after the lock was lost is killed when the
+// lock's validity runs out, even when --grace is longer: a host that takes
+// the lock once the keys have expired never runs beside it.
+func TestExec_LostLockKillsTheJobByTheValidityEnd(t *testing.T) {
+	bin := redlockBinary(t)
+	servers, nodes := startNodes(t, 3)
+	dir := t.TempDir()
+	pidsFile, started, log := filepath.Join(dir, "pids"), filepath.Join(dir, "started"), filepath.Join(dir, "log")
+	a := startRedlock(t, bin, nodes, "exec", "--key", "lost", "--ttl", "2s", "--node-timeout", "200ms", "--grace", "20s", "--",
+		"sh", "-c", jobWithChild(`trap "" TERM`), "job", pidsFile, started, log)
+	a.waitFile(t, started)
+	pids := readPids(t, pidsFile)
+
+	// A majority stops answering: the next extension fails.
+	require.NoError(t, servers[1].Stop())
+	require.NoError(t, servers[2].Stop())
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(a.stderr.String(), "sending SIGTERM") {
+		require.True(t, time.Now().Before(deadline), "the lock was not lost: %s", a.stderr.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, servers[1].Cont())
+	require.NoError(t, servers[2].Cont())
+
+	// Another host waits for the lock and runs as soon as it gets it.
+	b := startRedlock(t, bin, nodes, "exec", "--key", "lost", "--ttl", "2s", "--wait", "30s", "--",
+		"sh", "-c", `echo B >> "$0"`, log)
+	assert.Equal(t, 0, b.wait(t), b.stderr.String())
+	assert.Equal(t, exitLost, a.wait(t), a.stderr.String())
+	assert.Empty(t, waitGone(pids, time.Second))
+
+	lines := strings.Fields(readLog(t, log))
+	require.Contains(t, lines, "B")
+	assert.Equal(t, "B", lines[len(lines)-1], "the job without the lock ran after the next holder started")
+	assert.Contains(t, a.stderr.String(), "validity")
+}

@@ -91,6 +91,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return bad("--key is required")
 	case *timeout <= 0:
 		return bad("--timeout must be positive")
+	case *quarantine < 0:
+		return bad("--quarantine %v must not be negative", *quarantine)
 	case fs.NArg() > 0:
 		return bad("unexpected arguments %q", fs.Args())
 	}

@@ -1,0 +1,79 @@
+package chaos
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/mutation"
+)
+
+// Every mutant must still change the library: a script rewrite whose text no
+// longer occurs in the script (the script changed) fails here instead of
+// silently testing the correct lock.
+func TestMutants_Apply(t *testing.T) {
+	names := map[string]bool{}
+	for _, m := range Mutants() {
+		assert.False(t, names[m.Name], "duplicate mutant %s", m.Name)
+		names[m.Name] = true
+		assert.NoError(t, m.Check(), m.Name)
+		if m.NotCovered != "" {
+			assert.Empty(t, m.Scenarios, m.Name)
+			continue
+		}
+		require.NotEmpty(t, m.Scenarios, m.Name)
+		for _, s := range m.Scenarios {
+			_, ok := Find(s)
+			assert.True(t, ok, "mutant %s names unknown scenario %s", m.Name, s)
+		}
+		mutated, err := mutation.Compile(m.rewrites)
+		require.NoError(t, err)
+		for sha, src := range mutated {
+			for name, orig := range mutation.Scripts {
+				if sha == scriptSHA(orig) {
+					assert.NotEqual(t, orig, src, "mutant %s leaves script %s unchanged", m.Name, name)
+				}
+			}
+		}
+	}
+	stale := Mutant{Name: "stale", rewrites: []mutation.Rewrite{{Script: "release", Old: "no such text", New: "x"}}}
+	assert.ErrorContains(t, stale.Check(), "no longer contains")
+	unknown := Mutant{Name: "unknown", rewrites: []mutation.Rewrite{{Script: "no-such-script", Old: "a", New: "b"}}}
+	assert.ErrorContains(t, unknown.Check(), "no library script")
+	assert.Error(t, Mutant{Name: "noop"}.Check())
+}
+
+func scriptSHA(src string) string { return mutation.SHA(src) }
+
+// The harness must catch every mutant in the catalogue: at least one of the
+// mutant's scenarios must report a verdict other than the expected one.
+func TestMutants_Caught(t *testing.T) {
+	for _, m := range Mutants() {
+		if m.NotCovered != "" {
+			t.Logf("mutant %s not covered: %s", m.Name, m.NotCovered)
+			continue
+		}
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, cluster.Close()) }()
+			var caught []string
+			for _, name := range m.Scenarios {
+				s, _ := Find(name)
+				res, err := RunMutant(ctx, cluster, s.Scaled(testTimeScale), m, 3, 11, nil)
+				require.NoError(t, err)
+				require.Empty(t, res.Skipped)
+				if res.Mismatch() {
+					caught = append(caught, name+" ("+string(res.Observed)+": "+strings.Join(res.Notes, "; ")+")")
+				}
+			}
+			require.NotEmpty(t, caught, "mutant %s survived %v", m.Name, m.Scenarios)
+			t.Logf("%s caught by %s", m.Name, strings.Join(caught, ", "))
+		})
+	}
+}

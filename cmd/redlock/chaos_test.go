@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// helpExamples returns the example command lines of `redlock chaos --help`.
+func helpExamples(t *testing.T) [][]string {
+	t.Helper()
+	var ex [][]string
+	for _, l := range strings.Split(chaosHelp, "\n") {
+		if strings.HasPrefix(l, "  redlock chaos") {
+			ex = append(ex, strings.Fields(l)[1:])
+		}
+	}
+	require.NotEmpty(t, ex)
+	return ex
+}
+
+func TestChaosHelp_OnStdout(t *testing.T) {
+	code, out, errOut := runCLI(t, "chaos", "--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "Examples:")
+	assert.Contains(t, out, "-mutants")
+	assert.Empty(t, errOut)
+}
+
+// Every example in the help must be a valid command line; the quick ones are
+// run to the end and must pass.
+func TestChaosHelp_ExamplesRun(t *testing.T) {
+	for _, ex := range helpExamples(t) {
+		_, err := parseChaosFlags(ex[1:], new(bytes.Buffer), new(bytes.Buffer))
+		require.NoError(t, err, "example %q", strings.Join(ex, " "))
+		if !strings.Contains(strings.Join(ex, " "), "--scenario") {
+			continue // the full catalogue, the mutants, redis-server: too long for a unit test
+		}
+		args := append([]string{}, ex...)
+		dir := t.TempDir()
+		for i := range args {
+			if i > 0 && args[i-1] == "--svg" {
+				args[i] = dir
+			}
+		}
+		args = append(args, "--quiet", "--trials", "1")
+		code, out, errOut := runCLI(t, args...)
+		assert.Equal(t, 0, code, "example %q:\n%s\n%s", strings.Join(ex, " "), out, errOut)
+		assert.Contains(t, out, " as expected")
+		if strings.Contains(strings.Join(ex, " "), "--svg") {
+			svgs, _ := filepath.Glob(filepath.Join(dir, "*.svg"))
+			assert.NotEmpty(t, svgs)
+		}
+	}
+}
+
+// A run where every scenario is skipped tested nothing: it must not pass.
+func TestChaos_OnlySkippedIsNotAPass(t *testing.T) {
+	code, out, errOut := runCLI(t, "chaos", "--nodes", "2", "--scenario", "minority-killed", "--scenario", "lost-replies", "--quiet")
+	assert.Equal(t, exitMismatch, code)
+	assert.Contains(t, out, "0 of 0 as expected (2 skipped): nothing was tested")
+	assert.Contains(t, errOut, "every scenario was skipped")
+}
+
+// The table has a legend, each scenario's reason and a final line, and no
+// line ends in spaces.
+func TestChaos_TableReadable(t *testing.T) {
+	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--scenario", "no-faults", "--trials", "1", "--quiet")
+	assert.Equal(t, 0, code, out)
+	for i, l := range strings.Split(out, "\n") {
+		assert.Equal(t, strings.TrimRight(l, " \t"), l, "line %d ends in spaces", i+1)
+	}
+	assert.Contains(t, out, "STALE PLAIN/FENCED  writes a resource accepted")
+	assert.Contains(t, out, "  no-faults: a key is only granted")
+	assert.True(t, strings.HasSuffix(out, "2 of 2 as expected\n"), out)
+}
+
+// Seeds are uint64: JSON gives them as strings, so readers with float64
+// numbers (JavaScript, older jq) do not round them.
+func TestChaos_JSONSeedIsString(t *testing.T) {
+	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "--quiet", "--json", "--seed", "18446744073709551557")
+	require.Equal(t, 0, code, out)
+	var doc struct {
+		Seed    string `json:"seed"`
+		Results []struct {
+			Seed string `json:"seed"`
+		} `json:"results"`
+		Summary string `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Equal(t, "18446744073709551557", doc.Seed)
+	require.Len(t, doc.Results, 1)
+	assert.Equal(t, "18446744073709551557", doc.Results[0].Seed)
+	assert.Equal(t, "1 of 1 as expected", doc.Summary)
+}
