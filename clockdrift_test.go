@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,19 +60,25 @@ func TestAcquire_ValidityIsTTLMinusElapsedMinusDrift(t *testing.T) {
 		name        string
 		opts        []redlock.Option
 		factor      float64
+		fenceAhead  bool // node 0's counter is ahead: the counters disagree
 		wantElapsed time.Duration
 	}{
 		// A 30 ms quorum: the acquire round trip.
-		{"no fencing", []redlock.Option{redlock.WithFencing(false)}, redlock.DefaultDriftFactor, 30 * time.Millisecond},
-		// Plus the 30 ms fencing write-back before the lock is handed out.
-		{"fencing", nil, redlock.DefaultDriftFactor, 60 * time.Millisecond},
-		{"drift factor 0.05", []redlock.Option{redlock.WithFencing(false), redlock.WithDriftFactor(0.05)}, 0.05, 30 * time.Millisecond},
-		{"drift factor 0", []redlock.Option{redlock.WithFencing(false), redlock.WithDriftFactor(0)}, 0, 30 * time.Millisecond},
+		{"no fencing", []redlock.Option{redlock.WithFencing(false)}, redlock.DefaultDriftFactor, false, 30 * time.Millisecond},
+		// The granting nodes' counters agree: the token costs nothing more.
+		{"fencing", nil, redlock.DefaultDriftFactor, false, 30 * time.Millisecond},
+		// They disagree: plus the 30 ms write-back before the lock is handed out.
+		{"fencing, counters disagree", nil, redlock.DefaultDriftFactor, true, 60 * time.Millisecond},
+		{"drift factor 0.05", []redlock.Option{redlock.WithFencing(false), redlock.WithDriftFactor(0.05)}, 0.05, false, 30 * time.Millisecond},
+		{"drift factor 0", []redlock.Option{redlock.WithFencing(false), redlock.WithDriftFactor(0)}, 0, false, 30 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := newCluster(t, 3, tc.opts...)
 				c.warmUp(t)
+				if tc.fenceAhead {
+					setCounterAhead(t, c.nodes[0], "report", time.Hour)
+				}
 				c.nodes[0].Slow(30 * time.Millisecond)
 				c.nodes[1].Slow(30 * time.Millisecond)
 				c.nodes[2].Slow(2 * time.Second) // not in the quorum
@@ -121,6 +128,10 @@ func TestAcquire_SlowerThanValidityIsRefused(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := newCluster(t, 3, redlock.WithNodeTimeout(96*time.Millisecond))
 				c.warmUp(t)
+				if len(tc.opts) == 0 { // no two nodes' counters agree
+					setCounterAhead(t, c.nodes[0], "report", time.Hour)
+					setCounterAhead(t, c.nodes[1], "report", 2*time.Hour)
+				}
 				for _, nd := range c.nodes {
 					if len(tc.opts) > 0 {
 						nd.SlowAcquire(tc.delay) // releases are not delayed
@@ -148,4 +159,13 @@ func TestAcquire_SlowerThanValidityIsRefused(t *testing.T) {
 			})
 		})
 	}
+}
+
+// setCounterAhead puts key's fencing counter on n by d (in microseconds)
+// ahead of the clock, as if n had granted more often than the others: the
+// next acquisition's counters disagree and need a write-back.
+func setCounterAhead(t testing.TB, n *testNode, key string, d time.Duration) {
+	t.Helper()
+	ahead := time.Now().Add(d).UnixMicro()
+	require.NoError(t, n.m.Set("{"+key+"}:fence", strconv.FormatInt(ahead, 10)))
 }

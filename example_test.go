@@ -41,7 +41,7 @@ func ExampleClient_Acquire() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("acquired %s on a majority of %d nodes, token %d\n", lock.Key(), len(client.Nodes()), lock.Token())
+	fmt.Printf("acquired %s on a majority of %d nodes\n", lock.Key(), len(client.Nodes()))
 	fmt.Println("valid for less than the TTL:", lock.Validity() > 0 && lock.Validity() < 10*time.Second)
 
 	// ... build the report, handing lock.Token() to the report store ...
@@ -55,11 +55,13 @@ func ExampleClient_Acquire() {
 		log.Fatal(err)
 	}
 	defer next.Release(ctx)
-	fmt.Println("next holder's token:", next.Token())
+	// Tokens start from a node's clock in microseconds: only their order
+	// means something.
+	fmt.Println("next holder's token is higher:", next.Token() > lock.Token())
 	// Output:
-	// acquired report:acme on a majority of 5 nodes, token 1
+	// acquired report:acme on a majority of 5 nodes
 	// valid for less than the TTL: true
-	// next holder's token: 2
+	// next holder's token is higher: true
 }
 
 // Dial connects to the nodes itself, one URL per node ("rediss://" for TLS,
@@ -247,6 +249,7 @@ func ExampleClient_Do() {
 	defer client.Close()
 
 	ctx := context.Background()
+	var token uint64
 	err = client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context) error {
 		// Acquire with Do's context returns the held lock (see the
 		// reentrant example): here, to read its fencing token.
@@ -254,7 +257,8 @@ func ExampleClient_Do() {
 		if err != nil {
 			return err
 		}
-		fmt.Println("building the report with fencing token", lock.Token())
+		token = lock.Token()
+		fmt.Println("building the report with a fencing token:", token > 0)
 		return ctx.Err() // ... the work, stopping if the lock is lost ...
 	})
 	if errors.Is(err, redlock.ErrNotAcquired) {
@@ -268,12 +272,14 @@ func ExampleClient_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("next token:", next.Token())
+	// Tokens start from a node's clock in microseconds: only their order
+	// carries meaning.
+	fmt.Println("next token is greater:", next.Token() > token)
 	_ = next.Release(ctx)
 	// Output:
-	// building the report with fencing token 1
+	// building the report with a fencing token: true
 	// done: <nil>
-	// next token: 2
+	// next token is greater: true
 }
 
 // KeepAlive keeps a lock you acquired yourself alive in the background. Its
@@ -333,13 +339,15 @@ func ExampleClient_Acquire_reentrant() {
 	}
 	defer client.Close()
 
+	var last uint64 // the token of the last rebuild
 	rebuild := func(ctx context.Context) error {
 		lock, err := client.Acquire(ctx, "index", 10*time.Second)
 		if err != nil {
 			return err
 		}
 		defer lock.Release(ctx)
-		fmt.Printf("rebuilding with token %d (nested: %v)\n", lock.Token(), lock.Attempts() == 0)
+		fmt.Printf("rebuilding, token greater than the last: %v (nested: %v)\n", lock.Token() > last, lock.Attempts() == 0)
+		last = lock.Token()
 		return nil
 	}
 
@@ -370,8 +378,8 @@ func ExampleClient_Acquire_reentrant() {
 		log.Fatal(err)
 	}
 	// Output:
-	// rebuilding with token 1 (nested: false)
-	// rebuilding with token 2 (nested: true)
+	// rebuilding, token greater than the last: true (nested: false)
+	// rebuilding, token greater than the last: true (nested: true)
 	// still held after the nested release: true
 	// another context must wait: true
 }

@@ -3,6 +3,9 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,7 +18,7 @@ import (
 )
 
 // secondClient is another process's Client over the same nodes.
-func (c *cluster) secondClient(t testing.TB, opts ...redlock.Option) *redlock.Client {
+func (c *cluster) secondClient(t testTB, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	clients := make([]redis.UniversalClient, len(c.nodes))
 	for i, nd := range c.nodes {
@@ -96,7 +99,8 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 		ctx := context.Background()
 		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, uint64(1), l.Token())
+		first := firstToken(time.Now())
+		assert.Equal(t, first, l.Token())
 		synctest.Wait() // the write-back's stragglers
 		for i, nd := range c.nodes {
 			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
@@ -104,7 +108,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		l2, err := c.rl.Acquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, uint64(2), l2.Token())
+		assert.Equal(t, first+1, l2.Token())
 		granted := 0
 		for _, o := range outcomes(l2.Nodes()) {
 			assert.NotEqual(t, redlock.OutcomeQuarantined, o)
@@ -206,7 +210,7 @@ func TestAmnesiaGuard_ReleaseVouchesWhereWriteBackIsLate(t *testing.T) {
 		// Node 2 gets the write-back (the only call whose last argument is
 		// the vouch flag "1") 50 ms late: the release overtakes it there.
 		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return cmd == "EVALSHA" && len(args) == 8 && args[7] == "1"
+			return cmd == "EVALSHA" && len(args) == 9 && args[7] == "1"
 		})
 		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err)
@@ -250,5 +254,236 @@ func TestClose_ConcurrentWithAcquire(t *testing.T) {
 		for range 8 {
 			<-done
 		}
+	})
+}
+
+// Issue 9, fault 2: a late grant, a failed write-back and two data losses
+// must not repeat a token. P: first use, released, every node trusted. Node
+// 2 loses its data; A's grant on node 2 arrives after the vote was decided,
+// its follow-up later still, and node 1 refuses every write-back. A
+// releases, node 0 loses its data, more than the quarantine passes: B's
+// token must exceed A's. The late node is vouched for (fault 3(d)).
+func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		p, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, p.Release(ctx))
+		synctest.Wait()
+		time.Sleep(time.Second)
+
+		c.nodes[2].m.FlushAll()
+		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
+		})
+		c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, redlock.OutcomePending, a.Nodes()[2].Outcome, "node 2's grant came after the decision")
+		assert.Greater(t, a.Token(), p.Token())
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "trusted"), "the late node is vouched for")
+		require.NoError(t, a.Release(ctx))
+
+		c.nodes[0].m.FlushAll()
+		time.Sleep(time.Minute + time.Second)
+		b, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		assert.Greater(t, b.Token(), a.Token())
+	})
+}
+
+// Issue 9, fault 3(a): after a data loss on node 1 while node 2 is down, the
+// key is acquired again within one quarantine (it used to fail for ever:
+// the token needed every node's counter).
+func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		first, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, first.Release(ctx))
+		synctest.Wait()
+		c.nodes[1].m.FlushAll()
+		c.nodes[2].Refuse()
+
+		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired, "node 1 may have forgotten a lock: quarantined")
+		time.Sleep(time.Minute)
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a free key must be acquired within one quarantine")
+		assert.Greater(t, l.Token(), first.Token())
+		synctest.Wait()
+		assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "trusted"))
+		require.NoError(t, l.Release(ctx))
+		l, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "and at once from then on")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Issue 9, fault 3(b): node 2 down, the first use of a fresh key fails once
+// on a transient write-back error; the key is acquired again within one
+// quarantine.
+func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.warmUp(t)
+		c.nodes[2].Refuse()
+		// Node 1's counter is ahead (a fresh key's epochs, a counter from an
+		// earlier use): the counters disagree and node 0 needs the
+		// write-back, which fails once.
+		setCounterAhead(t, c.nodes[1], "report", time.Hour)
+		var failures atomic.Int32
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			return isScript("fence", cmd, args) && failures.Add(1) == 1
+		})
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.ErrorContains(t, err, "fencing write-back: the token is on 1 of 2 nodes needed (written to 127.0.0.1:7001/0 error)")
+		time.Sleep(time.Minute)
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a free key must be acquired within one quarantine")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Issue 9, fault 3(c): node 2 down, two clients take 20 fresh keys at once
+// (several pods starting one cron job): every key is acquirable again within
+// one quarantine.
+func TestAmnesiaGuard_ContendedFirstUsesRecoverWithinAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		other := c.secondClient(t, redlock.WithQuarantine(time.Minute))
+		c.nodes[2].Refuse()
+		var wg sync.WaitGroup
+		for _, rl := range []*redlock.Client{c.rl, other} {
+			for k := range 20 {
+				wg.Go(func() {
+					if l, err := rl.TryAcquire(ctx, fmt.Sprintf("cron:%d", k), 10*time.Second); err == nil {
+						_ = l.Release(ctx)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		time.Sleep(time.Minute)
+		for k := range 20 {
+			l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("cron:%d", k), 10*time.Second)
+			if assert.NoError(t, err, "key %d", k) {
+				assert.NoError(t, l.Release(ctx))
+			}
+		}
+		// So many refused dials start go-redis's background re-dial loop,
+		// which ends within a second of the client's Close.
+		_ = c.nodes[2].rc.Close()
+		time.Sleep(2 * time.Second)
+	})
+}
+
+// Issue 9, fault 3(d): N=5, one or two random nodes (never more) lose their
+// data before each acquisition and answer late: every acquisition succeeds
+// at once, each token is higher than the last, and every node is trusted
+// again after each holder.
+func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5, redlock.WithQuarantine(time.Minute))
+		rng := rand.New(rand.NewPCG(9, 3))
+		var last uint64
+		for round := range 20 {
+			for _, nd := range c.nodes {
+				nd.SlowIf(0, func(string, []string) bool { return false })
+			}
+			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
+				c.nodes[i].m.FlushAll()
+				c.nodes[i].SlowIf(20*time.Millisecond, func(cmd string, args []string) bool {
+					return isScript("acquire", cmd, args)
+				})
+			}
+			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+			require.NoError(t, err, "round %d", round)
+			assert.Greater(t, l.Token(), last, "round %d", round)
+			last = l.Token()
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			for i, nd := range c.nodes {
+				assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "round %d, node %d", round, i)
+			}
+			require.NoError(t, l.Release(ctx))
+			time.Sleep(time.Second)
+		}
+	})
+}
+
+// The write-back is owner-checked: one that reaches a node after our key
+// left it must not count towards the write-back majority. Here A's key
+// leaves node 1 through a clock jump (outside Redlock's limits) while A's
+// write-back to node 1 is on its way, and B takes the key on nodes 1 and 2
+// with a lower counter. Counting node 1 would hand A a lock that overlaps
+// B's, with a token that does not order them; the owner check makes A fail.
+func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		b := c.secondClient(t)
+		c.warmUp(t)
+		setCounterAhead(t, c.nodes[0], "report", time.Hour) // A's counters disagree: write-back to node 1
+		c.holdElsewhere(t, "report", 5*time.Millisecond, 2) // node 2 refuses A, frees up at 5 ms
+		c.nodes[1].SlowIf(10*time.Millisecond, func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+
+		type result struct {
+			l   *redlock.Lock
+			err error
+		}
+		done := make(chan result)
+		go func() {
+			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+			done <- result{l, err}
+		}()
+		time.Sleep(3 * time.Millisecond)
+		c.nodes[1].m.FastForward(10 * time.Second) // A's key expires on node 1
+		time.Sleep(3 * time.Millisecond)
+		lb, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "B takes nodes 1 and 2")
+		a := <-done
+		if a.err == nil {
+			assert.Greater(t, lb.Token(), a.l.Token(), "A got the lock after B: its token must be lower")
+			assert.False(t, a.l.Validity() > 0 && lb.Validity() > 0, "A and B both hold the lock")
+		}
+		require.ErrorIs(t, a.err, redlock.ErrNotAcquired, "A's write-back majority is gone")
+		assert.ErrorContains(t, a.err, "write-back")
+	})
+}
+
+// The guard's limit: a data loss while other nodes are unreachable, so that
+// every node holding the key's history is emptied or down (here a majority
+// of the cluster: node 0 emptied, node 1 down), makes the key look brand new
+// and a second holder gets it. At most a minority of the nodes may be
+// emptied-or-down at once (docs/fencing.md, Limits).
+func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
+		c.nodes[2].Refuse() // down while A takes the key: no history there
+		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err)
+		c.nodes[2].Revive(t)
+		c.nodes[0].m.FlushAll()
+		c.nodes[1].Refuse()
+		l, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "beyond the limit the key looks brand new")
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeGranted}, outcomes(l.Nodes()))
+		assert.Positive(t, a.Validity())
+		assert.Positive(t, l.Validity())
+		// Refused dials start go-redis's re-dial loop, which ends within a
+		// second of the client's Close.
+		_ = c.nodes[1].rc.Close()
+		time.Sleep(2 * time.Second)
 	})
 }

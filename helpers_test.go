@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +34,7 @@ type testNode struct {
 	refused atomic.Bool
 	mu      sync.Mutex
 	delay   func(cmd string, args []string) time.Duration // nil: no delay
+	fail    func(cmd string, args []string) bool          // nil: no injected error
 }
 
 // errRefused is what a refusing node's dialer returns: a dial error that
@@ -41,7 +44,7 @@ var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 // newTestNode starts node number i (its address is 127.0.0.1:7001+i). Its
 // client, then its server, are closed in t.Cleanup, which a bubble runs
 // inside the bubble.
-func newTestNode(t testing.TB, i int) *testNode {
+func newTestNode(t testTB, i int) *testNode {
 	t.Helper()
 	n := &testNode{m: miniredis.NewMiniRedis(), addr: fmt.Sprintf("127.0.0.1:%d", 7001+i)}
 	n.m.ClockTTL(true)
@@ -76,17 +79,29 @@ func newTestNode(t testing.TB, i int) *testNode {
 // the connection that sent the command (miniredis serves connections
 // concurrently).
 func (n *testNode) installHook() {
-	n.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+	n.m.Server().SetPreHook(func(peer *server.Peer, cmd string, args ...string) bool {
 		n.mu.Lock()
-		f := n.delay
+		f, fail := n.delay, n.fail
 		n.mu.Unlock()
 		if f != nil {
 			if d := f(cmd, args); d > 0 {
 				time.Sleep(d)
 			}
 		}
+		if fail != nil && fail(cmd, args) {
+			peer.WriteError("ERR injected by the test")
+			return true
+		}
 		return false
 	})
+}
+
+// FailIf makes the node answer the commands that match with an error
+// reply, without running them; nil stops it.
+func (n *testNode) FailIf(match func(cmd string, args []string) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.fail = match
 }
 
 // Slow delays every script call (all the library sends) by d before the
@@ -125,6 +140,16 @@ func (n *testNode) Refuse() {
 	n.m.Close()
 }
 
+// Revive undoes Refuse: the node serves again, with the data it had.
+func (n *testNode) Revive(t testTB) {
+	t.Helper()
+	conn, err := n.m.Dial() // starts a new in-memory server
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	n.installHook()
+	n.refused.Store(false)
+}
+
 // Fail makes the node answer every command with a Redis error reply.
 func (n *testNode) Fail(msg string) { n.m.SetError(msg) }
 
@@ -140,6 +165,15 @@ func (n *testNode) Value(key string) string {
 	return v
 }
 
+// testTB is what the cluster helpers need of a test: a *testing.T, or a
+// *rapid.T inside rapid.SyncTest (props_test.go).
+type testTB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	FailNow()
+}
+
 // cluster is N test nodes and a redlock Client over them.
 type cluster struct {
 	nodes []*testNode
@@ -148,7 +182,7 @@ type cluster struct {
 
 // newCluster starts n nodes and a Client over them (built with New, so the
 // node clients stay ours and are closed after the Client).
-func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	t.Helper()
 	c := &cluster{}
 	clients := make([]redis.UniversalClient, n)
@@ -165,13 +199,16 @@ func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
 	return c
 }
 
-// warmUp loads every script on every node (acquire, fence, extend, release)
-// with a throw-away lock, so that a delay installed later applies to the
+// warmUp loads every script on every node, then takes, extends and
+// releases a throw-away lock, so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run
 // inside a synctest bubble: it waits for the stragglers' calls too.
 func (c *cluster) warmUp(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
+	for _, nd := range c.nodes {
+		require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
+	}
 	l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
 	require.NoError(t, err)
 	l, err = l.Extend(ctx, 10*time.Second)
@@ -232,4 +269,29 @@ func quorumError(t testing.TB, err error) *redlock.QuorumError {
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe, "want a *QuorumError, got %T: %v", err, err)
 	return qe
+}
+
+// isScript reports whether a command a node received runs the library's
+// script name (a key of redlock.ScriptHashes), by EVALSHA or by EVAL.
+func isScript(name, cmd string, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	want := redlock.ScriptHashes[name]
+	switch cmd {
+	case "EVALSHA":
+		return args[0] == want
+	case "EVAL":
+		sum := sha1.Sum([]byte(args[0]))
+		return hex.EncodeToString(sum[:]) == want
+	}
+	return false
+}
+
+// firstToken is the fencing token of the first holder of a fresh key whose
+// acquisition started at start, on nodes whose clocks agree with the
+// client's: the counters are seeded with the client's proposal, its clock in
+// microseconds 25 ms back, and incremented once.
+func firstToken(start time.Time) uint64 {
+	return uint64(start.Add(-25*time.Millisecond).UnixMicro()) + 1
 }

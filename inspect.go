@@ -27,15 +27,15 @@ type NodeState struct {
 	// when not held, negative when the key has no expiry (it was not set by
 	// this package).
 	TTL time.Duration
-	// Fence is the node's fencing counter for the key: the highest fencing
-	// token written back there, 0 when none.
+	// Fence is the node's fencing counter for the key (incremented by each
+	// grant there, raised by write-backs), 0 when none.
 	Fence uint64
 	// EpochAge is the age, on the node's clock, of the key's epoch there
 	// (amnesia guard, see WithQuarantine); -1 when the node has none: the
 	// key was never used on it with the guard on, or the node lost its data.
 	EpochAge time.Duration
 	// Trusted reports whether a successful acquisition vouched for the
-	// node's epoch: its votes and fencing counter count.
+	// node's epoch: its votes count.
 	Trusted bool
 	// Err is why the node could not be read (unreachable, timed out, an
 	// error reply); the other fields are then zero.

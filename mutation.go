@@ -22,7 +22,7 @@ func init() {
 	for name, s := range map[string]*redis.Script{
 		"acquire":       acquireScript,
 		"fence":         fenceScript,
-		"counter":       counterScript,
+		"reput":         reputScript,
 		"release":       releaseScript,
 		"release-vouch": releaseVouchScript,
 		"extend":        extendScript,

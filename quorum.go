@@ -98,20 +98,6 @@ type tally struct {
 // or are unreachable at once, the key has never been locked.
 func (t *tally) brandNew() bool { return t.others == 0 && t.fresh >= t.need }
 
-// maxCounter returns the highest fencing counter reported by a granting node
-// whose counter can be trusted, and how many such nodes there are.
-func (t *tally) maxCounter() (uint64, int) {
-	var m uint64
-	n := 0
-	for i, r := range t.results {
-		if r.Outcome == OutcomeGranted && t.epochs[i] == epochTrusted {
-			n++
-			m = max(m, t.counters[i])
-		}
-	}
-	return m, n
-}
-
 // nodeOp runs one operation against one node with the given context.
 type nodeOp func(ctx context.Context, n *node) reply
 

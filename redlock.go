@@ -103,6 +103,11 @@ type QuorumError struct {
 // Error describes the failure and every node's outcome, without secrets.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
+	if len(e.Nodes) == 0 && e.Cause != nil {
+		// Refused before any round trip (an Extend past the validity).
+		fmt.Fprintf(&b, "%v: %s %q: %v; nothing sent", e.Err, e.Op, e.Key, e.Cause)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%v: %s %q: applied on %d of %d nodes, %d needed", e.Err, e.Op, e.Key, e.Granted, len(e.Nodes), e.Quorum)
 	if e.Attempts > 1 {
 		fmt.Fprintf(&b, " (attempt %d)", e.Attempts)
@@ -141,6 +146,7 @@ type config struct {
 	owner       func() (string, error)
 	fencing     bool
 	quarantine  time.Duration // amnesia guard; 0: off
+	retention   time.Duration // of each key's counter and epoch (WithRetention)
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
@@ -154,8 +160,23 @@ func defaultConfig() config {
 		retry:       DefaultRetry(),
 		owner:       RandomOwner,
 		fencing:     true,
+		retention:   DefaultRetention,
 		logger:      slog.New(slog.DiscardHandler),
 	}
+}
+
+// checkRetention reports an error when the retention is shorter than the
+// quarantine or than ttl: the bookkeeping must outlive every lock and every
+// quarantine, or a key could look brand new while it is held. ttl 0 checks
+// the quarantine only.
+func (c config) checkRetention(ttl time.Duration) error {
+	if c.retention < c.quarantine {
+		return fmt.Errorf("%w: retention %v is shorter than the quarantine %v", ErrInvalidArgument, c.retention, c.quarantine)
+	}
+	if c.retention < ttl {
+		return fmt.Errorf("%w: ttl %v is longer than the retention %v (WithRetention)", ErrInvalidArgument, ttl, c.retention)
+	}
+	return nil
 }
 
 func (c config) timeoutFor(ttl time.Duration) time.Duration {
@@ -243,15 +264,18 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 // do distributed locking", 2016). With the guard, each node keeps a per-key
 // epoch next to the lock key; when a node lost it, its votes for that key are
 // not counted (outcome OutcomeQuarantined) until either a successful
-// acquisition by a majority of trusted nodes vouches for it and repairs its
-// fencing counter, or the quarantine has passed since the epoch was
-// recreated. Choose the quarantine at least as long as the longest TTL any
-// client uses on these nodes (by then every lock the node may have forgotten
-// has expired); each call uses at least its own TTL; one minute is a good
-// start. Costs: one small hash per key and node, and on the first use of a
-// key Acquire waits for every node's answer (or its per-node timeout), since
-// only then can it tell a new key from a forgotten one (docs/fencing.md). It
-// must not be negative.
+// acquisition that reached it (however late its reply) vouches for it, or
+// the quarantine has passed since the epoch was recreated. Choose the
+// quarantine at least as long as the longest TTL any client uses on these
+// nodes (by then every lock the node may have forgotten has expired); each
+// call uses at least its own TTL; one minute is a good start. The guard
+// holds while at most a minority of the nodes lose their data within one
+// quarantine and, counting them, at most a minority is emptied or
+// unreachable at once. Costs: one small hash per key and node (kept for the
+// retention, see WithRetention), and on the first use of a key Acquire waits
+// for every node's answer (or its per-node timeout), since only then can it
+// tell a new key from a forgotten one (docs/fencing.md). It must not be
+// negative nor longer than the retention.
 func WithQuarantine(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -263,11 +287,37 @@ func WithQuarantine(d time.Duration) Option {
 }
 
 // WithFencing turns fencing tokens on (the default) or off. With fencing on,
-// an acquisition costs a second round trip to write the token back to a
-// majority (see docs/fencing.md); off, Lock.Token is always 0.
+// each grant increments the key's counter on its node in the same atomic
+// step; a second round trip (the token written back to a majority) is needed
+// only when the granting nodes' counters disagree, as on a key's first use
+// or after a node missed grants (docs/fencing.md). Off, Lock.Token is always
+// 0 and no counter is kept.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on
+		return nil
+	}
+}
+
+// DefaultRetention is how long a lock name's bookkeeping on a node (its
+// fencing counter and amnesia guard epoch) is kept after the last grant,
+// extension or write-back that touched it: one day.
+const DefaultRetention = 24 * time.Hour
+
+// WithRetention sets how long each lock name's fencing counter and epoch are
+// kept on a node after they were last touched (default DefaultRetention), so
+// that the nodes' memory is bounded by the names in use. It must be at least
+// every TTL (Acquire and Extend return ErrInvalidArgument for a longer TTL)
+// and at least the quarantine (WithQuarantine). Tokens still increase across
+// a name's idle periods: a counter re-created after the retention starts from
+// the node's clock in microseconds, above every earlier token unless a node
+// clock went back by more than the retention (docs/fencing.md).
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			return fmt.Errorf("%w: retention %v must be a positive whole number of milliseconds", ErrInvalidArgument, d)
+		}
+		c.retention = d
 		return nil
 	}
 }
@@ -469,6 +519,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.checkRetention(0); err != nil {
+		return nil, err
+	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
 	return &Client{nodes: nodes, quorum: quorum, cfg: cfg}, nil
 }
@@ -576,9 +629,9 @@ type Lock struct {
 	attempts   int
 	nodes      []NodeResult
 	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
-	// vouch: the acquisition vouched for nodes (amnesia guard), so Release
-	// repeats the write-back where it deletes our key, in case it overtakes
-	// the write-back on a node.
+	// vouch: with the amnesia guard on, not every node granted in time with
+	// a trusted epoch, so vouching writes may still be on their way: Release
+	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
 	// released is set before Release sends its deletes, and shared by the
 	// handles Extend derives: a node whose grant arrives after that (a
@@ -675,16 +728,21 @@ func (l *Lock) Key() string { return l.key }
 func (l *Lock) Owner() string { return l.owner }
 
 // Token returns the fencing token: it is greater than the token of every
-// earlier holder of this key, as long as no node lost its data (see
-// docs/fencing.md). Pass it to the resource the lock protects. It is 0 when
-// fencing is off.
+// earlier holder of this key (docs/fencing.md states the conditions: node
+// clocks that do not step back by more than the retention, and, with data
+// loss, a clock skew between nodes shorter than a restart). Tokens start
+// from a node's clock in microseconds, so they are large numbers, not 1, 2,
+// 3; only their order means something. Pass it to the resource the lock
+// protects. It is 0 when fencing is off.
 func (l *Lock) Token() uint64 { return l.token }
 
-// TTL returns the TTL the keys were set (or last extended) with.
+// TTL returns the TTL the keys were set (or last extended) with. The keys
+// live at least that long from the start of that call; an Extend never
+// shortens them, so they may live longer.
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
 // AcquiredAt returns when the lock was handed out (after the quorum, and
-// the fencing write-back, answered). For an extended lock, when the extension
+// the fencing write-back when one was needed, answered). For an extended lock, when the extension
 // was.
 func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 
@@ -726,7 +784,8 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 //  2. send the acquire script to all N nodes at once, each with the per-node
 //     timeout;
 //  3. stop as soon as N/2+1 granted, or as soon as that became impossible;
-//  4. with fencing on, write the token back to a majority;
+//  4. with fencing on, the token is the highest counter the granting nodes
+//     returned; only if fewer than a majority returned it, write it back;
 //  5. validity = ttl − elapsed − (ttl × driftFactor + 2 ms), success only if
 //     positive;
 //  6. on failure, delete the attempt's key on all N nodes (also those that
@@ -774,254 +833,6 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	// A new slice: appending to opts could write into the caller's array.
 	return c.Acquire(ctx, key, ttl, slices.Concat(opts, []Option{WithRetry(NoRetry())})...)
-}
-
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {
-	if key == "" {
-		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
-	}
-	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
-		return nil, err
-	}
-	name := cfg.prefix + key
-	if err := checkKeyName(name); err != nil {
-		return nil, err
-	}
-	keys := []string{name, fenceKey(name), epochKey(name)}
-
-	var (
-		waits []func()
-		last  *QuorumError
-	)
-	// Before reporting a failure, wait for every node call of every attempt
-	// (each bounded by the per-node timeout): no key of ours may be left.
-	waitAll := func() {
-		for _, w := range waits {
-			w()
-		}
-	}
-	for attempt := 1; ; attempt++ {
-		if c.closed.Load() {
-			waitAll()
-			return nil, ErrClosed
-		}
-		lock, qerr, wait := c.attempt(ctx, key, keys, ttl, cfg)
-		waits = append(waits, wait)
-		if lock != nil {
-			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, still run: the lock's Release waits for them.
-			lock.attempts = attempt
-			lock.state = &lockState{}
-			lock.state.track(waitAll)
-			return lock, nil
-		}
-		if qerr == nil { // the owner generator failed
-			waitAll()
-			return nil, fmt.Errorf("%w: acquire %q", ErrNotAcquired, key)
-		}
-		last = qerr
-		last.Attempts = attempt
-		if ctx.Err() != nil {
-			break
-		}
-		delay, ok := cfg.retry.NextRetry(attempt)
-		if !ok {
-			break
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	waitAll()
-	if err := callerEnded(ctx); err != nil && last.Cause == nil {
-		last.Cause = err
-	}
-	return nil, last
-}
-
-// attempt states, read by late replies to know whether to clean up.
-const (
-	undecided int32 = iota
-	succeeded
-	failed
-)
-
-// attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and a function that waits for every node call it started.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, func()) {
-	owner, err := cfg.owner()
-	if err != nil || owner == "" {
-		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
-		return nil, nil, func() {}
-	}
-	timeout := cfg.timeoutFor(ttl)
-	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
-	var state atomic.Int32
-	released := new(atomic.Bool)
-	late := func(r reply) {
-		// A grant that arrives after the attempt failed, or after the lock
-		// was released (in both cases after the deletes were sent), must be
-		// undone here: the SET ran before this reply, the deletes may have
-		// run before the SET.
-		granted := r.code == codeApplied || r.code == codeQuarantined
-		if r.err == nil && granted && (state.Load() == failed || released.Load()) {
-			c.releaseNode(context.WithoutCancel(ctx), c.nodes[r.idx], keys, owner, timeout)
-		}
-	}
-
-	quarantine, qMs := time.Duration(0), "-1" // -1: guard off (acquireScript)
-	if cfg.quarantine > 0 {
-		quarantine = max(cfg.quarantine, ttl)
-		qMs = strconv.FormatInt(quarantine.Milliseconds(), 10)
-	}
-
-	start := time.Now()
-	acq, waitAcq := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		res, err := acquireScript.Run(ctx, n.client, keys, owner, ttlMs, qMs).Int64Slice()
-		if err != nil {
-			return reply{err: err}
-		}
-		if len(res) != 4 || res[1] < 0 {
-			return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
-		}
-		r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
-		if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
-			r.code, r.left = codeQuarantined, quarantine-time.Duration(res[3])*time.Millisecond
-		}
-		return r
-	}, late)
-	waits := []func(){waitAcq}
-	result := acq
-	var (
-		token uint64
-		cause error
-	)
-
-	// Nodes whose history this acquisition must vouch for (amnesia guard):
-	// every node that set the key without a trusted epoch.
-	repair := false
-	for i, r := range acq.results {
-		if (r.Outcome == OutcomeGranted || r.Outcome == OutcomeQuarantined) && acq.epochs[i] != epochTrusted {
-			repair = true
-		}
-		if r.Outcome == OutcomeQuarantined {
-			cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
-				"key", key, "node", r.Node, "quarantine_left", r.QuarantineLeft)
-		}
-	}
-	if acq.brandNew() {
-		// First use of the key: no node has any history it could have
-		// forgotten, so every fresh vote counts.
-		for i := range acq.results {
-			if acq.results[i].Outcome == OutcomeQuarantined && acq.epochs[i] == epochNew {
-				acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0
-				acq.epochs[i] = epochTrusted
-				acq.granted++
-			}
-		}
-	}
-	ok := acq.granted >= c.quorum
-	if ok && cfg.fencing {
-		high, trusted := acq.maxCounter()
-		if trusted < c.quorum {
-			// A node that lost its data also lost its counter, so the
-			// granting majority alone does not bound the last token. Every
-			// trusted node of the last holder's write-back quorum does:
-			// read all N nodes (docs/fencing.md).
-			all, waitRead := c.trustedCounters(ctx, timeout, keys)
-			waits = append(waits, waitRead)
-			if all < 0 {
-				ok = false
-				cause = fmt.Errorf("fencing counters trusted on %d granting nodes, %d needed, and not every node answered (amnesia guard)", trusted, c.quorum)
-			}
-			high = max(high, uint64(max(all, 0)))
-		}
-		token = high + 1
-	}
-	if ok && (cfg.fencing || (repair && quarantine > 0)) {
-		// One more round trip: write the token back (owner-checked) to a
-		// majority, and vouch for the nodes that hold our key (repair).
-		tok, trust := strconv.FormatUint(token, 10), "0"
-		if repair && quarantine > 0 {
-			trust = "1"
-		}
-		fence, waitFence := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-			code, err := fenceScript.Run(ctx, n.client, keys, owner, tok, trust).Int64()
-			return reply{code: code, err: err}
-		}, nil)
-		waits = append(waits, waitFence)
-		if fence.granted < c.quorum {
-			ok, result = false, fence
-		}
-	}
-	acquiredAt := time.Now()
-	start = cfg.mutant.AcquireStart(start, acquiredAt) // chaos mutant hook
-	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
-	if ok && validity <= 0 {
-		ok = false
-		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
-	}
-	c.observeAttempt(ctx, cfg, key, ok, result, acquiredAt.Sub(start), validity, ttl, cause)
-
-	waitAll := func() {
-		for _, w := range waits {
-			w()
-		}
-	}
-	if ok {
-		state.Store(succeeded)
-		return &Lock{
-			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token, vouch: repair && quarantine > 0, ttl: ttl,
-			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: released,
-		}, nil, waitAll
-	}
-
-	// Failed: release on every node, those that refused included.
-	state.Store(failed)
-	_, waitRel := c.vote(context.WithoutCancel(ctx), timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		return c.releaseOp(ctx, n, keys, owner)
-	}, nil)
-	waits = append(waits, waitRel)
-	if cause == nil {
-		cause = callerEnded(ctx)
-	}
-	return nil, &QuorumError{
-		Op: "acquire", Key: key, Quorum: c.quorum, Granted: result.granted,
-		Nodes: result.results, Err: ErrNotAcquired, Cause: cause,
-	}, waitAll
-}
-
-// trustedCounters reads the fencing counter of every node and returns the
-// highest among nodes whose epoch is trusted, or -1 when some node did not
-// answer. It waits for every node (up to the per-node timeout).
-func (c *Client) trustedCounters(ctx context.Context, timeout time.Duration, keys []string) (int64, func()) {
-	t, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		res, err := counterScript.Run(ctx, n.client, keys).Int64Slice()
-		if err == nil && (len(res) != 2 || res[0] < 0) {
-			err = fmt.Errorf("redlock: unexpected counter reply %v", res)
-		}
-		if err != nil {
-			return reply{err: err}
-		}
-		return reply{code: codeApplied, counter: uint64(res[0]), epoch: 1 - res[1]} // epochTrusted is 0
-	}, nil)
-	var high int64
-	for i, r := range t.results {
-		if r.Outcome != OutcomeGranted {
-			return -1, wait
-		}
-		if t.epochs[i] == epochTrusted {
-			high = max(high, int64(t.counters[i]))
-		}
-	}
-	return high, wait
 }
 
 func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
@@ -1119,17 +930,32 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	return t, qe
 }
 
-// Extend resets the lock's TTL to ttl on every node that still holds it and
-// returns a new Lock whose validity is ttl − elapsed − drift from the start of
-// the extension. It succeeds only if a majority applied it, and never revives
-// a lock whose validity has run out: then it returns ErrNotHeld without a
-// round trip. The fencing token is kept.
+// Extend makes the lock live at least ttl more on every node that still
+// holds it and returns a new Lock whose validity is ttl − elapsed − drift
+// from the start of the extension. It succeeds only if a majority applied it,
+// and never revives a lock whose validity has run out: then it returns
+// ErrNotHeld without a round trip. The fencing token is kept.
 //
-// Errors: ErrInvalidArgument for a bad ttl; a *QuorumError wrapping
-// ErrNotHeld when the lock is no longer held (expired here, or a majority of
-// nodes say the key is gone or someone else's), or ErrNoQuorum when too few
-// nodes answered (the receiver stays valid until its own deadline). The
-// context's error is wrapped too when ctx ended.
+// Extend never shortens a key's remaining TTL on a node: a ttl shorter than
+// what is left there leaves the key as it is, and the new Lock's validity is
+// then a lower bound. So no Extend — failed, successful, or applied on a node
+// after it returned — can end the lock before the deadline of a handle it
+// was called on (the receiver, and every handle before it, keep their
+// deadlines).
+//
+// When a majority applied the extension in time, nodes that had answered
+// that the key is gone (restarted empty, or expired it early) get it back, set
+// only if absent with the time left, and, with the amnesia guard on, vouched
+// for by this holder: a lock kept alive survives rolling restarts of nodes
+// without persistence. It is never put where another owner holds the key,
+// nor when the majority is gone. That costs one more round trip, only then.
+//
+// Errors: ErrInvalidArgument for a bad ttl (also one longer than the
+// retention, see WithRetention); a *QuorumError wrapping ErrNotHeld when the
+// lock is no longer held (expired here, or a majority of nodes say the key is
+// gone or someone else's), or ErrNoQuorum when too few nodes answered (the
+// receiver stays valid until its own deadline). The context's error is
+// wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
 	start := time.Now()
@@ -1145,7 +971,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
 		return nil, nil, err
 	}
-	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
+	if err := l.cfg.checkRetention(ttl); err != nil {
+		return nil, nil, err
+	}
+	qe := &QuorumError{Op: OpExtend, Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
 	if c.closed.Load() {
 		return nil, nil, ErrClosed
 	}
@@ -1154,9 +983,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, qe
 	}
-	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
+	ttlMs, retMs := strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg)
 	t, wait := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		code, err := extendScript.Run(ctx, n.client, l.keys[:1], l.owner, ttlMs).Int64()
+		code, err := extendScript.Run(ctx, n.client, l.keys, l.owner, ttlMs, retMs).Int64()
 		return reply{code: code, err: err}
 	}, nil)
 	l.state.track(wait) // stragglers: Release waits for them
@@ -1178,10 +1007,49 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
 		return nil, t, qe
 	}
+	l.reput(ctx, t, start, ttl, timeout)
 	next := *l
 	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
 	return &next, t, nil
+}
+
+// reput puts the key back, set only if absent, on the nodes that answered
+// "not held" to an extension a majority applied, with the time left of the
+// extension's ttl; with fencing on the node's counter is raised to the token
+// and with the guard on its epoch is vouched for (this holder validly holds
+// the lock, so whatever the node forgot has no other valid holder). The
+// nodes put back are reported as granted in t.
+func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
+	c := l.client
+	gone := make(map[*node]bool)
+	for i, r := range t.results {
+		if r.Outcome == OutcomeNotHeld {
+			gone[c.nodes[i]] = true
+		}
+	}
+	left := (ttl - time.Since(start)).Truncate(time.Millisecond)
+	if len(gone) == 0 || left < time.Millisecond {
+		return
+	}
+	args := []any{l.owner, strconv.FormatInt(left.Milliseconds(), 10), strconv.FormatUint(l.token, 10), "0", retentionMs(l.cfg)}
+	if l.cfg.quarantine > 0 {
+		args[3] = "1"
+	}
+	put, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		if !gone[n] {
+			return reply{code: codeNotHeld}
+		}
+		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
+		return reply{code: code, err: err}
+	}, nil)
+	wait()
+	for i, r := range put.results {
+		if gone[c.nodes[i]] && r.Outcome == OutcomeGranted {
+			t.results[i].Outcome = OutcomeGranted
+			t.granted++
+		}
+	}
 }
 
 // fenceKey names the fencing counter of lock key name: "{name}:fence", or

@@ -18,36 +18,79 @@ import "github.com/redis/go-redis/v9"
 // `born` (node time in ms when it was created) and `trusted` ("1" once a
 // successful acquisition vouched for this node's copy of the key's history).
 // All are named by the client so Redis Cluster can route the script to the
-// slot that owns them.
+// slot that owns them. The counter and the epoch expire after the retention
+// (WithRetention) once no grant, extension or write-back touches them.
 const (
 	codeApplied = 1
 	codeNotHeld = 0
 	codeTaken   = -1
 )
 
+// luaHelpers holds a Lua fragment the scripts below share: micros() is the
+// node's clock in microseconds as a decimal string, built from TIME's two
+// fields without floating point (Lua numbers would print 16 digits as
+// "1.7e+15").
+const luaHelpers = `
+local function micros()
+  local t = redis.call('TIME')
+  return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+end
+`
+
 // acquireScript sets the lock key if it is free. ARGV[1] is the owner value,
 // ARGV[2] the TTL in milliseconds, ARGV[3] the amnesia guard's quarantine in
-// milliseconds, or -1 when the guard is off. It returns
-// {code, counter, epoch state, epoch age in ms}: counter is the key's fencing
-// counter on this node, read in the same atomic step as the SET NX, so a later
-// grant on this node reads a counter at least as high as any write-back that
-// happened while this grant's key was alive. The epoch state says whether
-// this node's copy of the key's history can be trusted (amnesia guard):
+// milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
+// bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
+// on, ARGV[6] the client's proposed seed and ARGV[7] that seed + 1 (see
+// below; Lua would print 16-digit numbers in exponent form). It returns {code,
+// counter, epoch state, epoch age in ms}.
+//
+// With fencing on, a grant increments the key's fencing counter in the same
+// atomic step as the SET NX and returns the new value; a counter that does
+// not exist (first use on this node, the node lost its data, or the name was
+// idle for the retention) is first seeded from the clock in microseconds, so
+// that it starts above every token handed out before (docs/fencing.md states
+// the clock assumption). The seed is the client's proposal when it lies
+// within 50 ms below the node's clock (so that the nodes of one acquisition
+// seed the same value and agree, with no write-back), else the node's clock.
+// A later grant on this node happens after this grant's key is gone, so it
+// returns a higher counter.
+//
+// The epoch state says whether this node's copy of the key's history can be
+// trusted (amnesia guard):
 //
 //	0  trusted: vouched for by a successful acquisition (or guard off)
 //	1  quarantined: the epoch is younger than the quarantine, never vouched for
 //	2  new: the epoch did not exist and was created now (first use of the key
-//	   on this node, or the node lost its data)
-//	3  aged: never vouched for, but older than the quarantine, so any grant it
-//	   may have forgotten has expired; its counter is not trusted
+//	   on this node, the node lost its data, or the name was idle for the
+//	   retention)
+//	3  aged: never vouched for, but older than the quarantine, so any grant
+//	   it may have forgotten has expired
 //
 // Each attempt uses a fresh owner value, so a key that already holds a value
 // is always someone else's: taken.
-var acquireScript = redis.NewScript(`
+var acquireScript = redis.NewScript(luaHelpers + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {-1, 0, 0, 0}
 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+local r = tonumber(ARGV[4])
+local c = 0
+if ARGV[5] == '1' then
+  c = redis.call('INCR', KEYS[2])
+  if c ~= 1 then
+    redis.call('PEXPIRE', KEYS[2], r)
+  else -- the counter did not exist: seed it
+    local now = micros()
+    local d = tonumber(now) - tonumber(ARGV[6])
+    if d >= 0 and d <= 50000 then
+      redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
+      c = tonumber(ARGV[7])
+    else
+      c = redis.call('INCRBY', KEYS[2], now) -- 1 + now
+      redis.call('PEXPIRE', KEYS[2], r)
+    end
+  end
+end
 local q = tonumber(ARGV[3])
 if q < 0 then
   return {1, c, 0, 0}
@@ -57,8 +100,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = redis.call('HMGET', KEYS[3], 'born', 'trusted')
 if not e[1] then
   redis.call('HSET', KEYS[3], 'born', now)
+  redis.call('PEXPIRE', KEYS[3], r)
   return {1, c, 2, 0}
 end
+redis.call('PEXPIRE', KEYS[3], r)
 local age = now - tonumber(e[1])
 if e[2] == '1' then
   return {1, c, 0, age}
@@ -77,37 +122,62 @@ const (
 	epochAged        = 3
 )
 
-// fenceScript writes a fencing token back to a node: the counter becomes
-// max(counter, ARGV[2]), and with ARGV[3] = "1" the node's epoch is marked
-// trusted (the amnesia guard's repair), but only while the node still holds
-// our lock (ARGV[1] is the owner value). The owner check orders the write
-// before any later grant on this node, which is what makes tokens increase
-// across holders; see docs/fencing.md.
+// fenceScript is the follow-up write of a successful acquisition on one node,
+// only while the node still holds our lock (ARGV[1] is the owner value):
+// with ARGV[2] other than "0" the counter becomes max(counter, ARGV[2]) (the
+// token write-back), with ARGV[3] = "1" the node's epoch is marked trusted
+// (the amnesia guard's vouching), and both get the retention ARGV[4] (ms).
+// The owner check orders the write before any later grant on this node,
+// which is what makes tokens increase across holders; see docs/fencing.md.
 var fenceScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then return -1 end
   return 0
 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if c < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+local r = tonumber(ARGV[4])
+if ARGV[2] ~= '0' then
+  local c = redis.call('GET', KEYS[2])
+  if not c or tonumber(c) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  end
+  redis.call('PEXPIRE', KEYS[2], r)
 end
 if ARGV[3] == '1' then
+  local t = redis.call('TIME')
+  redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   redis.call('HSET', KEYS[3], 'trusted', '1')
+  redis.call('PEXPIRE', KEYS[3], r)
 end
 return 1
 `)
 
-// counterScript reads a key's fencing counter and whether this node's epoch
-// for it is trusted: {counter, 1 if trusted else 0}. The amnesia guard uses
-// it when too few granting nodes are trusted to derive a token from them.
-var counterScript = redis.NewScript(`
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-if redis.call('HGET', KEYS[3], 'trusted') == '1' then
-  return {c, 1}
+// reputScript puts a held lock back on a node that answered "not held" to an
+// extension that a majority applied (the node restarted empty, or its clock
+// expired the key early): SET NX PX ARGV[2] ms with the owner value ARGV[1],
+// so never over another owner's key. Where it sets the key it does what
+// fenceScript does for a grant: counter := max(counter, ARGV[3]) unless
+// ARGV[3] is "0", the epoch vouched for by this holder when ARGV[4] = "1",
+// retention ARGV[5] ms. Codes: 1 put back, -1 taken.
+var reputScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return -1
 end
-return {c, 0}
+local r = tonumber(ARGV[5])
+if ARGV[3] ~= '0' then
+  local c = redis.call('GET', KEYS[2])
+  if not c or tonumber(c) < tonumber(ARGV[3]) then
+    redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
+  end
+  redis.call('PEXPIRE', KEYS[2], r)
+end
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  redis.call('HSET', KEYS[3], 'trusted', '1')
+  redis.call('PEXPIRE', KEYS[3], r)
+end
+return 1
 `)
 
 // releaseScript deletes the lock key if ARGV[1] is its owner value.
@@ -124,28 +194,42 @@ return 0
 // releaseVouchScript is releaseScript for a lock whose acquisition vouched
 // for nodes (amnesia guard): where it deletes our key it also does the
 // write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
-// release may reach a node before the acquisition's write-back did.
+// release may reach a node before the acquisition's write-back did. It only
+// changes a counter and an epoch that exist, which keep their retention
+// (KEEPTTL; HSET keeps a hash's TTL).
 var releaseVouchScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local c = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if c < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[2], ARGV[2])
+  local c = redis.call('GET', KEYS[2])
+  if c and tonumber(c) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
   end
-  redis.call('HSET', KEYS[3], 'trusted', '1')
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('HSET', KEYS[3], 'trusted', '1')
+  end
   return 1
 end
 if v then return -1 end
 return 0
 `)
 
-// extendScript resets the lock key's TTL to ARGV[2] milliseconds if ARGV[1] is
-// its owner value. It never creates the key: an expired lock stays expired.
+// extendScript makes the lock key live at least ARGV[2] more milliseconds if
+// ARGV[1] is its owner value, and refreshes the retention ARGV[3] (ms) of the
+// key's counter and epoch. It never shortens the key's remaining TTL: an
+// extension with a shorter TTL, applied late or on a minority, must not free
+// the key while an earlier handle still counts on it. It never creates the
+// key: an expired lock stays expired (Lock.Extend may put it back, see
+// reputScript).
 var extendScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  local r = tonumber(ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], r)
+  redis.call('PEXPIRE', KEYS[3], r)
   return 1
 end
 if v then return -1 end

@@ -18,9 +18,10 @@ import (
 // lines, every start, end and event with the number of the call whose
 // context the event carried (0: none).
 type callRecorder struct {
-	mu    sync.Mutex
-	next  int
-	lines []string
+	mu     sync.Mutex
+	next   int
+	lines  []string
+	tokens map[uint64]string // fencing token → T1, T2... in order of appearance
 }
 
 type callNo struct{}
@@ -39,11 +40,15 @@ func (r *callRecorder) StartCall(ctx context.Context, op, key string) (context.C
 			r.lines = append(r.lines, fmt.Sprintf("end %d again", n))
 		}
 		ended = true
-		tok := uint64(0)
+		// Tokens start from a node's clock: record which holder's it is.
+		tok := "none"
 		if l != nil {
-			tok = l.Token()
+			if _, seen := r.tokens[l.Token()]; !seen {
+				r.tokens[l.Token()] = fmt.Sprintf("T%d", len(r.tokens)+1)
+			}
+			tok = r.tokens[l.Token()]
 		}
-		r.lines = append(r.lines, fmt.Sprintf("end %d token=%d err=%v", n, tok, err != nil))
+		r.lines = append(r.lines, fmt.Sprintf("end %d token=%s err=%v", n, tok, err != nil))
 	}
 }
 
@@ -74,7 +79,7 @@ func (r *callRecorder) take() []string {
 
 func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rec := &callRecorder{}
+		rec := &callRecorder{tokens: map[uint64]string{}}
 		c := newCluster(t, 3, redlock.WithObserver(rec))
 		ctx := context.Background()
 
@@ -86,10 +91,10 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		_, err = l2.Extend(ctx, 0) // rejected before any round trip: no Event, but the call ends
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Equal(t, []string{
-			"start 1 acquire job in 0", "event acquire ok=true in 1", "end 1 token=1 err=false",
-			"start 2 extend job in 0", "event extend ok=true in 2", "end 2 token=1 err=false",
-			"start 3 release job in 0", "event release ok=true in 3", "end 3 token=0 err=false",
-			"start 4 extend job in 0", "end 4 token=0 err=true",
+			"start 1 acquire job in 0", "event acquire ok=true in 1", "end 1 token=T1 err=false",
+			"start 2 extend job in 0", "event extend ok=true in 2", "end 2 token=T1 err=false",
+			"start 3 release job in 0", "event release ok=true in 3", "end 3 token=none err=false",
+			"start 4 extend job in 0", "end 4 token=none err=true",
 		}, rec.take())
 
 		// A failed acquisition: every attempt's event carries the call's context.
@@ -97,7 +102,7 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		_, err = c.rl.Acquire(ctx, "held", time.Second, redlock.WithRetry(redlock.LinearRetry(10*time.Millisecond, 0, 2)))
 		require.ErrorIs(t, err, redlock.ErrNotAcquired)
 		assert.Equal(t, []string{
-			"start 5 acquire held in 0", "event acquire ok=false in 5", "event acquire ok=false in 5", "end 5 token=0 err=true",
+			"start 5 acquire held in 0", "event acquire ok=false in 5", "event acquire ok=false in 5", "end 5 token=none err=true",
 		}, rec.take())
 
 		// Do: its acquisition, extensions and release are children of the
@@ -114,10 +119,10 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		require.NoError(t, err)
 		assert.Equal(t, []string{
 			"start 6 do job in 0",
-			"start 7 acquire job in 6", "event acquire ok=true in 7", "end 7 token=2 err=false",
-			"start 8 extend job in 6", "event extend ok=true in 8", "end 8 token=2 err=false",
-			"start 9 release job in 6", "event release ok=true in 9", "end 9 token=0 err=false",
-			"end 6 token=0 err=false",
+			"start 7 acquire job in 6", "event acquire ok=true in 7", "end 7 token=T2 err=false",
+			"start 8 extend job in 6", "event extend ok=true in 8", "end 8 token=T2 err=false",
+			"start 9 release job in 6", "event release ok=true in 9", "end 9 token=none err=false",
+			"end 6 token=none err=false",
 		}, rec.take())
 	})
 }

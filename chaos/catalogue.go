@@ -183,7 +183,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "churn-guarded", Summary: "6 clients while random minorities are killed and brought back, and single nodes restart without data; guard on",
-			Expect: Safe, Why: "the guard quarantines every node that lost the key's history and tokens come only from trusted counters, so tokens keep increasing in holder order",
+			Expect: Safe, Why: "the guard quarantines every node that lost the key's history, and a lost counter is re-seeded from the node's clock, so tokens keep increasing in holder order",
 			Workload: churn, Duration: 2 * trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{
 				{At: trialLength / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill, For: trialLength / 3},

@@ -37,13 +37,13 @@ type Mutant struct {
 // scripts as of this commit: when a script changes, Mutant.Check (run by
 // TestMutants_Apply) fails and these must be updated.
 const (
-	ownerCheck  = "if v == ARGV[1] then"
-	noOwner     = "if v then"
-	setNX       = "ARGV[1], 'NX', 'PX'"
-	readCounter = "local c = tonumber(redis.call('GET', KEYS[2]) or '0')"
-	storeToken  = "redis.call('SET', KEYS[2], ARGV[2])"
-	deleteKey   = "redis.call('DEL', KEYS[1])"
-	readOwner   = "local v = redis.call('GET', KEYS[1])"
+	ownerCheck    = "if v == ARGV[1] then"
+	noOwner       = "if v then"
+	setNX         = "ARGV[1], 'NX', 'PX'"
+	incrCounter   = "c = redis.call('INCR', KEYS[2])"
+	returnCounter = "return {1, c, "
+	deleteKey     = "redis.call('DEL', KEYS[1])"
+	readOwner     = "local v = redis.call('GET', KEYS[1])"
 )
 
 // Mutants returns the mutant catalogue, in the order `redlock chaos
@@ -76,13 +76,12 @@ func Mutants() []Mutant {
 			Scenarios: []string{"no-faults"},
 			rewrites: []mutation.Rewrite{{Script: "extend", Old: readOwner,
 				New: "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n" + readOwner}}},
-		{Name: "token-not-incremented", Summary: "the fencing counter is never stored, so it stays 0 and every token repeats",
+		{Name: "token-not-incremented", Summary: "a grant reads the fencing counter without incrementing it, so every holder gets the same token",
 			Scenarios: []string{"no-faults"},
-			rewrites: []mutation.Rewrite{{Script: "fence", Old: storeToken, New: "local _ = ARGV[2]"},
-				{Script: "release-vouch", Old: storeToken, New: "local _ = ARGV[2]"}}},
-		{Name: "token-constant", Summary: "every node reports fencing counter 41, so every token is 42",
+			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: incrCounter, New: "c = tonumber(redis.call('GET', KEYS[2]) or '1')"}}},
+		{Name: "token-constant", Summary: "every node reports fencing counter 41, so every token is 41",
 			Scenarios: []string{"no-faults"},
-			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: readCounter, New: "local c = 41"}}},
+			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "}}},
 		{Name: "lease-ignores-loss", Summary: "the lock-bound context (Do, KeepAlive) is not cancelled when an extension fails or the validity runs out",
 			Scenarios: []string{"asymmetric-partition"}, knobs: &mutation.Knobs{LeaseIgnoresLoss: true}},
 		{Name: "keepalive-never-extends", Summary: "KeepAlive (and Do) never extends the lock",

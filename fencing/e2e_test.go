@@ -73,6 +73,19 @@ func testPausedHolder(t *testing.T, opts ...redlock.Option) {
 	require.NoError(t, err)
 	require.NotZero(t, a.Token(), "fencing is on by default")
 
+	if len(opts) > 0 { // guard on
+		// The first use's vouching is sent right after A got the lock;
+		// a real pause lasts far longer than that write takes.
+		require.Eventually(t, func() bool {
+			for _, m := range nodes {
+				if m.HGet("{"+key+"}:epoch", "trusted") != "1" {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, time.Millisecond, "A's acquisition vouched for every node")
+	}
+
 	// A pauses (a GC pause, a swapped-out process). miniredis TTLs move only
 	// with FastForward: the lock key expires on every node while A is asleep.
 	// (The vote was decided at a majority: A's SET may still be on its way to

@@ -132,13 +132,25 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later
 			line += ": no answer yet when the others had decided the vote"
 		}
 		if r.Err != nil {
-			line += ": " + n.redact(r.Err.Error())
+			line += ": " + n.redact(nodeError(r.Err))
 		}
 		if i < len(later) && later[i] != "" {
 			line += "; asked again: " + later[i]
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// nodeError is a node's error as a person reads it. Redis 7 refuses a long
+// command from a client that has not authenticated with a protocol error
+// ("unauthenticated multibulk length") before it could say NOAUTH: the
+// acquire script's arguments are such a command.
+func nodeError(err error) string {
+	msg := err.Error()
+	if strings.Contains(msg, "unauthenticated multibulk") {
+		return "NOAUTH the node needs a password (it answered: " + msg + ")"
+	}
+	return msg
 }
 
 // askPending asks each node that had not answered when the vote was

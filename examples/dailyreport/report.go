@@ -116,9 +116,9 @@ func validate(ctx context.Context, clientID string, work func()) error {
 // perform is the worker shared by the one-node and the N-node versions.
 func perform(ctx context.Context, c *redlock.Client, clientID string, work func()) (err error) {
 	// Fencing is off: work has no way to receive a token (its signature is
-	// the users' func()), so a token would protect nothing, while it costs a
-	// second round trip per acquisition and leaves a permanent counter key
-	// per client on every node. A report store that can check tokens should
+	// the users' func()), so a token would protect nothing, while it keeps
+	// a counter key per client on every node (for the retention) and can
+	// cost a second round trip. A report store that can check tokens should
 	// call Client.Acquire itself and pass Lock.Token() along with each write.
 	lock, err := c.TryAcquire(ctx, LockKey(clientID), TTL, redlock.WithFencing(false))
 	if err != nil {

@@ -1,0 +1,462 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// acquire is Acquire's retry loop around attempt.
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	}
+	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkRetention(ttl); err != nil {
+		return nil, err
+	}
+	name := cfg.prefix + key
+	if err := checkKeyName(name); err != nil {
+		return nil, err
+	}
+	keys := []string{name, fenceKey(name), epochKey(name)}
+
+	var (
+		waits []func()
+		last  *QuorumError
+	)
+	// Before reporting a failure, wait for every node call of every attempt
+	// (each bounded by the per-node timeout): no key of ours may be left.
+	waitAll := func() {
+		for _, w := range waits {
+			w()
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		if c.closed.Load() {
+			waitAll()
+			return nil, ErrClosed
+		}
+		lock, qerr, wait, err := c.attempt(ctx, key, keys, ttl, cfg)
+		if err != nil { // the owner generator failed: nothing was sent
+			waitAll()
+			return nil, err
+		}
+		waits = append(waits, wait)
+		if lock != nil {
+			// The stragglers of this attempt, and the clean-up of the failed
+			// ones, still run: the lock's Release waits for them.
+			lock.attempts = attempt
+			lock.state = &lockState{}
+			lock.state.track(waitAll)
+			return lock, nil
+		}
+		last = qerr
+		last.Attempts = attempt
+		if ctx.Err() != nil {
+			break
+		}
+		delay, ok := cfg.retry.NextRetry(attempt)
+		if !ok {
+			break
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	waitAll()
+	if err := callerEnded(ctx); err != nil && last.Cause == nil {
+		last.Cause = err
+	}
+	return nil, last
+}
+
+// attempt states, read by late replies to know what they still need.
+const (
+	undecided int32 = iota
+	succeeded
+	failed
+)
+
+// acquisition is the state one attempt shares with its late replies: a grant
+// whose reply arrives after the vote was decided still needs something done on
+// its node, which depends on how the attempt ended.
+type acquisition struct {
+	c          *Client
+	cfg        config
+	ctx        context.Context // the caller's values, without its cancellation
+	keys       []string
+	owner      string
+	ttlMs      string
+	timeout    time.Duration
+	quarantine time.Duration // 0: guard off
+	seed       string        // proposed seed of new counters (µs), see seedProposal
+	seedNext   string        // seed + 1
+	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+
+	mu    sync.Mutex
+	state int32   // undecided, succeeded or failed
+	token uint64  // the token, once succeeded
+	early []reply // late grants received while undecided
+}
+
+// grant runs the acquire script on one node.
+func (a *acquisition) grant(ctx context.Context, n *node) reply {
+	qMs := "-1" // guard off
+	if a.quarantine > 0 {
+		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
+	}
+	fence := "0"
+	if a.cfg.fencing {
+		fence = "1"
+	}
+	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed, a.seedNext).Int64Slice()
+	if err != nil {
+		return reply{err: err}
+	}
+	if len(res) != 4 || res[1] < 0 {
+		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
+	}
+	r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
+	if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
+		r.code, r.left = codeQuarantined, a.quarantine-time.Duration(res[3])*time.Millisecond
+	}
+	return r
+}
+
+// late receives a reply that arrived after the vote was decided. Grants that
+// come while the attempt is still undecided (it may be writing the token
+// back) wait for decide.
+func (a *acquisition) late(r reply) {
+	if r.err != nil || (r.code != codeApplied && r.code != codeQuarantined) {
+		return
+	}
+	a.mu.Lock()
+	st, token := a.state, a.token
+	if st == undecided {
+		a.early = append(a.early, r)
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	a.settle(r, st, token)
+}
+
+// decide records how the attempt ended and settles the grants that arrived
+// late while it was undecided. A failed attempt's clean-up vote, sent after
+// decide, reaches every node: those grants need nothing more.
+func (a *acquisition) decide(st int32, token uint64) {
+	a.mu.Lock()
+	a.state, a.token = st, token
+	early := a.early
+	a.early = nil
+	a.mu.Unlock()
+	if st == failed || len(early) == 0 {
+		return
+	}
+	untrack := a.c.track()
+	go func() {
+		defer untrack()
+		for _, r := range early {
+			a.settle(r, st, token)
+		}
+	}()
+}
+
+// settle finishes a late grant on its node. After a failure or a release
+// the key is deleted (the SET ran before this reply, the deletes may have
+// run before the SET). After a success the node gets what the granting nodes
+// got: the token written back if its counter is below it, and, with the
+// guard on, the holder's vouching if its epoch is not trusted (however late
+// the grant, it holds this holder's key, so it has forgotten nothing that
+// still matters; docs/fencing.md).
+func (a *acquisition) settle(r reply, st int32, token uint64) {
+	n := a.c.nodes[r.idx]
+	if st == failed || a.released.Load() {
+		a.c.releaseNode(a.ctx, n, a.keys[:1], a.owner, a.timeout)
+		return
+	}
+	lift := a.cfg.fencing && r.counter < token
+	vouch := a.quarantine > 0 && r.epoch != epochTrusted
+	if lift || vouch {
+		ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+		defer cancel()
+		a.followUp(ctx, n, token, lift, vouch)
+	}
+}
+
+// followUp runs fenceScript on one node: the owner-checked token write-back
+// (lift) and vouching.
+func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift, vouch bool) reply {
+	tok, trust := "0", "0"
+	if lift {
+		tok = strconv.FormatUint(token, 10)
+	}
+	if vouch {
+		trust = "1"
+	}
+	code, err := fenceScript.Run(ctx, n.client, a.keys, a.owner, tok, trust, retentionMs(a.cfg)).Int64()
+	return reply{code: code, err: err}
+}
+
+// attempt makes one acquisition attempt. It returns the lock, or the reason
+// it failed, and a function that waits for every node call it started; err
+// is set (and nothing sent) only when the owner generator failed.
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, func(), error) {
+	owner, err := cfg.owner()
+	if err == nil && owner == "" {
+		err = errors.New("empty owner value")
+	}
+	if err != nil {
+		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
+		return nil, nil, nil, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+	}
+	a := &acquisition{
+		c: c, cfg: cfg, ctx: context.WithoutCancel(ctx), keys: keys, owner: owner,
+		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
+		released: new(atomic.Bool),
+	}
+	if cfg.quarantine > 0 {
+		a.quarantine = max(cfg.quarantine, ttl)
+	}
+	a.seed, a.seedNext = seedProposal(time.Now())
+
+	start := time.Now()
+	acq, waitAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
+	waits := []func(){waitAcq}
+	grants := a.countVotes(key, acq)
+	ok := acq.granted >= c.quorum
+	var (
+		token     uint64
+		cause     error
+		wroteBack bool
+	)
+	if ok && cfg.fencing {
+		token = grants.token()
+		if wroteBack = !grants.agreed(c.quorum); wroteBack {
+			fence, wait := a.writeBack(ctx, grants, token)
+			waits = append(waits, wait)
+			if fence.granted < c.quorum {
+				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
+			}
+		}
+	}
+	acquiredAt := time.Now()
+	start = cfg.mutant.AcquireStart(start, acquiredAt) // chaos mutant hook
+	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
+	if ok && validity <= 0 {
+		ok = false
+		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
+	}
+	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(start), validity, ttl, cause)
+
+	waitAll := func() {
+		for _, w := range waits {
+			w()
+		}
+	}
+	if ok {
+		a.decide(succeeded, token)
+		a.finishGrants(grants, token, wroteBack)
+		return &Lock{
+			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
+			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
+			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
+			nodes: acq.results, released: a.released,
+		}, nil, waitAll, nil
+	}
+
+	// Failed: release on every node, those that refused included.
+	a.decide(failed, 0)
+	_, waitRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		return c.releaseOp(ctx, n, keys, owner)
+	}, nil)
+	waits = append(waits, waitRel)
+	if cause == nil {
+		cause = callerEnded(ctx)
+	}
+	return nil, &QuorumError{
+		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
+		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
+	}, waitAll, nil
+}
+
+// countVotes applies the amnesia guard's first-use rule to the vote, logs
+// the quarantined votes, and returns the grants received in time.
+func (a *acquisition) countVotes(key string, acq *tally) grantSet {
+	if acq.brandNew() {
+		// First use of the key: no node has any history it could have
+		// forgotten, so every fresh vote counts. The epochs stay as the
+		// nodes reported them: those nodes still need vouching.
+		for i := range acq.results {
+			if acq.results[i].Outcome == OutcomeQuarantined && acq.epochs[i] == epochNew {
+				acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0
+				acq.granted++
+			}
+		}
+	}
+	g := grantSet{t: acq}
+	for i, r := range acq.results {
+		switch r.Outcome {
+		case OutcomeQuarantined:
+			a.cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
+				"key", key, "node", r.Node, "quarantine_left", r.QuarantineLeft)
+			fallthrough
+		case OutcomeGranted:
+			g.idx = append(g.idx, i)
+		}
+	}
+	return g
+}
+
+// grantSet is the nodes that set the key and answered before the vote was
+// decided, counted or quarantined: each holds the key with the counter and
+// epoch it reported.
+type grantSet struct {
+	t   *tally
+	idx []int
+}
+
+// token is the fencing token: the highest counter among the grants. Every
+// counter counts, trusted or not: a node that lost its counter re-seeded it
+// from its clock, above every earlier token (docs/fencing.md).
+func (g grantSet) token() uint64 {
+	var m uint64
+	for _, i := range g.idx {
+		m = max(m, g.t.counters[i])
+	}
+	return m
+}
+
+// agreed reports whether at least quorum grants returned the token itself:
+// each of them incremented its counter to the token in the same atomic step
+// as its grant, so no write-back is needed.
+func (g grantSet) agreed(quorum int) bool {
+	tok, n := g.token(), 0
+	for _, i := range g.idx {
+		if g.t.counters[i] == tok {
+			n++
+		}
+	}
+	return n >= quorum
+}
+
+// allTrusted reports whether every node granted in time with a trusted
+// epoch, so that no node needs vouching.
+func (g grantSet) allTrusted() bool {
+	if len(g.idx) < len(g.t.results) {
+		return false
+	}
+	for _, i := range g.idx {
+		if g.t.epochs[i] != epochTrusted {
+			return false
+		}
+	}
+	return true
+}
+
+// writeBack sends the token, owner-checked, to the grants whose counter is
+// below it (vouching for them too where their epoch is not trusted), and
+// decides at a majority of nodes whose counter is at least the token while
+// our key is on them: the grants that returned the token count at once.
+func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (*tally, func()) {
+	need := make(map[*node]int, len(g.idx)) // node → index, for the grants
+	for _, i := range g.idx {
+		need[a.c.nodes[i]] = i
+	}
+	return a.c.vote(ctx, a.timeout, a.c.quorum, false, func(ctx context.Context, n *node) reply {
+		i, ok := need[n]
+		switch {
+		case !ok:
+			return reply{code: codeNotHeld} // not a grant: nothing to write
+		case g.t.counters[i] == token:
+			return reply{code: codeApplied} // finishGrants vouches if needed
+		}
+		return a.followUp(ctx, n, token, true, a.quarantine > 0 && g.t.epochs[i] != epochTrusted)
+	}, nil)
+}
+
+// writeBackError says how a write-back fell short: how many nodes had the
+// token, and what each node written to answered.
+func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
+	var b strings.Builder
+	for _, i := range g.idx {
+		if g.t.counters[i] < token {
+			r := fence.results[i]
+			fmt.Fprintf(&b, ", %s %s", r.Node, r.Outcome)
+		}
+	}
+	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", fence.granted, quorum, strings.TrimPrefix(b.String(), ","))
+}
+
+// finishGrants sends, in the background, what a successful acquisition's
+// grants still need beyond the decision: the token to grants whose counter
+// is below it, and vouching to untrusted grants (amnesia guard). It costs no
+// latency; Close waits for it. After a write-back (wroteBack) the grants
+// below the token have had theirs.
+func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
+	type job struct {
+		n           *node
+		lift, vouch bool
+	}
+	var jobs []job
+	for _, i := range g.idx {
+		lift := a.cfg.fencing && g.t.counters[i] < token
+		vouch := a.quarantine > 0 && g.t.epochs[i] != epochTrusted
+		if lift && wroteBack {
+			continue
+		}
+		if vouch || lift {
+			jobs = append(jobs, job{a.c.nodes[i], lift, vouch})
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	untrack := a.c.track()
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+			defer cancel()
+			a.followUp(ctx, j.n, token, j.lift, j.vouch)
+		})
+	}
+	go func() {
+		defer untrack()
+		wg.Wait()
+	}()
+}
+
+// seedLead is how far below its own clock a client proposes the seed of new
+// fencing counters: half the 50 ms window within which acquireScript takes
+// the proposal, so that nodes whose clocks are within 25 ms of the client's
+// all seed the same value.
+const seedLead = 25 * time.Millisecond
+
+// seedProposal is the seed, in microseconds, this attempt proposes for the
+// counters it creates, and that seed + 1. One proposal for all nodes lets
+// their counters agree on a key's first use, which spares the write-back
+// round trip.
+func seedProposal(now time.Time) (seed, next string) {
+	s := now.Add(-seedLead).UnixMicro()
+	return strconv.FormatInt(s, 10), strconv.FormatInt(s+1, 10)
+}
+
+// retentionMs is the retention in milliseconds, as the scripts take it.
+func retentionMs(cfg config) string {
+	return strconv.FormatInt(cfg.retention.Milliseconds(), 10)
+}

@@ -1,0 +1,29 @@
+package redlock
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ScriptHashes names each Lua script's SHA1, so that tests outside the
+// package can delay or fail one script on a node.
+var ScriptHashes = map[string]string{
+	"acquire":      acquireScript.Hash(),
+	"fence":        fenceScript.Hash(),
+	"extend":       extendScript.Hash(),
+	"reput":        reputScript.Hash(),
+	"release":      releaseScript.Hash(),
+	"releaseVouch": releaseVouchScript.Hash(),
+}
+
+// LoadScripts loads every Lua script into a node's script cache, so that
+// later calls are one EVALSHA each (no NOSCRIPT round trip).
+func LoadScripts(ctx context.Context, rc redis.Scripter) error {
+	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, releaseVouchScript, inspectScript} {
+		if err := s.Load(ctx, rc).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
