@@ -1,0 +1,86 @@
+package redlock
+
+// The errors the package returns: a few sentinels, and QuorumError, which
+// carries every node's outcome.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors returned by the package. Test them with errors.Is; a *QuorumError
+// (errors.As) carries the per-node outcomes behind ErrNotAcquired, ErrNotHeld
+// and ErrNoQuorum.
+var (
+	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
+	// client, a malformed URL, an empty key, a TTL too short to leave
+	// validity after the drift allowance and one per-node timeout (the
+	// error names the smallest usable TTL), a negative factor or timeout,
+	// a nil function or pointer given to an option.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
+	// many nodes, too few nodes answered, the validity time ran out during the
+	// acquisition, or the context ended.
+	ErrNotAcquired = errors.New("redlock: lock not acquired")
+	// ErrNotHeld means Release or Extend found that this Lock is no longer
+	// held: its validity ran out, or too many nodes report the key expired or
+	// held by another owner.
+	ErrNotHeld = errors.New("redlock: lock not held")
+	// ErrNoQuorum means Release or Extend could not reach a majority of the
+	// nodes, so the outcome is unknown. After a failed Extend the lock stays
+	// valid until its previous deadline; after a failed Release the keys that
+	// were not deleted expire at their TTL.
+	ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
+	// ErrClosed is returned by operations on a closed Client.
+	ErrClosed = errors.New("redlock: client closed")
+)
+
+// QuorumError is the error of an operation that did not reach its quorum. It
+// wraps one of ErrNotAcquired, ErrNotHeld or ErrNoQuorum and, when the
+// caller's context ended, the context's error, so both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled) hold.
+type QuorumError struct {
+	Op       string       // "acquire", "extend" or "release"
+	Key      string       // the key as the caller named it (without prefix)
+	Quorum   int          // votes needed: N/2+1
+	Granted  int          // nodes on which the last attempt applied
+	Attempts int          // attempts made (acquire only)
+	Nodes    []NodeResult // each node's outcome in the last attempt, in node order
+	Err      error        // ErrNotAcquired, ErrNotHeld or ErrNoQuorum
+	Cause    error        // the context's error, or another reason; may be nil
+}
+
+// Error describes the failure and every node's outcome, without secrets.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	if len(e.Nodes) == 0 && e.Cause != nil {
+		// Refused before any round trip (an Extend past the validity).
+		fmt.Fprintf(&b, "%v: %s %q: %v; nothing sent", e.Err, e.Op, e.Key, e.Cause)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%v: %s %q: applied on %d of %d nodes, %d needed", e.Err, e.Op, e.Key, e.Granted, len(e.Nodes), e.Quorum)
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (attempt %d)", e.Attempts)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, ": %v", e.Cause)
+	}
+	b.WriteString(" [")
+	for i, n := range e.Nodes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s", n.Node, n.Outcome)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// Unwrap returns the sentinel and, if set, the cause.
+func (e *QuorumError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}

@@ -1,0 +1,393 @@
+package redlock
+
+// The Lock handle and what a holder does with it: read its validity,
+// release it, extend it.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lock is an acquired lock: an immutable handle, safe to share between
+// goroutines. Extend returns a new Lock; the old one keeps its old deadline.
+// The handles of one lock (the ones Extend returns, a Lease's, nested ones)
+// share whether the lock was released or lost, which Validity reports.
+type Lock struct {
+	client     *Client
+	cfg        config
+	key        string // as the caller named it
+	keys       []string
+	owner      string
+	token      uint64
+	ttl        time.Duration
+	acquiredAt time.Time
+	validUntil time.Time
+	attempts   int
+	nodes      []NodeResult
+	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
+	// vouch: with the amnesia guard on, not every node granted in time with
+	// a trusted epoch, so vouching writes may still be on their way: Release
+	// repeats them where it deletes our key, in case it overtakes one.
+	vouch bool
+	// released is set before Release sends its deletes, and shared by the
+	// handles Extend derives: a node whose grant arrives after that (a
+	// straggler of the acquisition) is released by the late-reply path.
+	released *atomic.Bool
+	// state is shared by every handle of this lock: those Extend derives,
+	// the copies KeepAlive makes, and nested (reentrant) handles.
+	state *lockState
+}
+
+// lockState is what every handle of one acquired lock shares.
+type lockState struct {
+	// ended is set once the lock must no longer be trusted, whatever its
+	// deadline says: Release was called, or the Lease keeping it declared
+	// it lost. Validity reads it.
+	ended atomic.Bool
+
+	mu    sync.Mutex
+	lease *Lease        // the Lease keeping the lock alive; nil if none
+	calls int           // batches of node calls still running (track)
+	idle  chan struct{} // closed when calls drops to zero; nil while it is zero
+}
+
+// track counts a batch of node calls that outlived the operation that
+// started them (the stragglers of the acquisition, of an extension), until
+// wait returns. Release waits for them (waitCalls), so that a lock's node
+// calls have all ended when its Release returns. Each batch is bounded by the
+// per-node timeout.
+func (s *lockState) track(wait func()) {
+	s.mu.Lock()
+	if s.calls == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.calls++
+	s.mu.Unlock()
+	go func() {
+		wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.calls--; s.calls == 0 {
+			close(s.idle)
+			s.idle = nil
+		}
+	}()
+}
+
+// waitCalls blocks until every batch handed to track has ended.
+func (s *lockState) waitCalls() {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
+
+// setLease records s as the Lease keeping the lock alive; it returns false
+// when another Lease already does.
+func (s *lockState) setLease(l *Lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease != nil {
+		return false
+	}
+	s.lease = l
+	return true
+}
+
+// clearLease forgets l once it has stopped.
+func (s *lockState) clearLease(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == l {
+		s.lease = nil
+	}
+}
+
+// stopLease stops the Lease keeping the lock alive, if any, and waits for
+// its extender to end: a released lock must not be extended.
+func (s *lockState) stopLease() {
+	s.mu.Lock()
+	l := s.lease
+	s.mu.Unlock()
+	if l != nil {
+		l.stop()
+	}
+}
+
+// Key returns the key as passed to Acquire (without the prefix).
+func (l *Lock) Key() string { return l.key }
+
+// Owner returns the random owner value stored on the nodes. Treat it as a
+// secret: whoever knows it can release the lock.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token: it is greater than the token of every
+// earlier holder of this key (docs/fencing.md states the conditions: node
+// clocks that do not step back by more than the retention, and, with data
+// loss, a clock skew between nodes shorter than a restart). Tokens start
+// from a node's clock in microseconds, so they are large numbers, not 1, 2,
+// 3; only their order means something. Pass it to the resource the lock
+// protects. It is 0 when fencing is off.
+func (l *Lock) Token() uint64 { return l.token }
+
+// TTL returns the TTL the keys were set (or last extended) with. The keys
+// live at least that long from the start of that call; an Extend never
+// shortens them, so they may live longer.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// AcquiredAt returns when the lock was handed out (after the quorum, and
+// the fencing write-back when one was needed, answered). For an extended lock, when the extension
+// was.
+func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
+
+// ValidUntil returns the validity deadline: the start of the attempt (or
+// extension) plus TTL minus the drift allowance. Past it the lock may have
+// expired on some node and another client may hold it. It does not change
+// when the lock is released or lost before it: Validity says so.
+func (l *Lock) ValidUntil() time.Time { return l.validUntil }
+
+// Validity returns the validity time left: zero or negative once the lock
+// must no longer be trusted. That is when the deadline (ValidUntil) has
+// passed, and also, on every handle of the lock (those Extend returned, the
+// Lease's, nested ones), as soon as Release was called on any of them (a
+// nested handle's Release aside: the outermost holder releases) or a Lease
+// keeping the lock declared it lost (ErrLockLost). It reads the monotonic
+// clock.
+func (l *Lock) Validity() time.Duration {
+	left := time.Until(l.validUntil)
+	if l.state.ended.Load() {
+		return min(left, 0)
+	}
+	return left
+}
+
+// Attempts returns how many attempts the acquisition took.
+func (l *Lock) Attempts() int { return l.attempts }
+
+// Nodes returns each node's outcome in the attempt (or extension) that
+// produced this Lock. A node still pending when the quorum was reached shows
+// OutcomePending. The slice is a copy.
+func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes...) }
+
+func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
+	code, err := releaseScript.Run(ctx, n.client, keys[:1], owner).Int64()
+	return reply{code: code, err: err}
+}
+
+func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c.releaseOp(ctx, n, keys, owner)
+}
+
+// Release deletes the lock key on every node where it still holds this
+// lock's owner value, waiting for each node at most the per-node timeout. It
+// runs even if ctx is already canceled (a half-done release would leave keys
+// until their TTL); ctx's values are passed on.
+//
+// It returns, looking only at the nodes that answered (deleted, "not held" or
+// "taken"; an unreachable, timed-out or failing node did not):
+//
+//   - a *QuorumError wrapping ErrNotHeld when a majority (N/2+1) answered
+//     that the key was not ours any more (expired, or held by another
+//     owner), whatever the other nodes answered: the lock had expired or
+//     been taken before this call, so the holder overran it. Keys of ours
+//     still found on other nodes are deleted all the same (Granted counts
+//     them);
+//   - a *QuorumError wrapping ErrNoQuorum when fewer than a majority
+//     answered: the outcome is unknown, and the keys not deleted expire at
+//     their TTL;
+//   - nil otherwise: a majority answered, and it is no longer ours on any
+//     of them (deleted now, or gone before), so another client can acquire it.
+//
+// After the Client is closed it returns ErrClosed and leaves the keys to
+// expire.
+//
+// Once Release is called the lock's Validity is zero or negative on every
+// handle, whatever the result. A Lease that keeps this lock alive is stopped
+// first. Release returns after every node call the lock started has ended:
+// those of the acquisition and of extensions that the vote did not wait for
+// (each bounded by the per-node timeout). A nested (reentrant) handle's
+// Release returns nil without a round trip.
+func (l *Lock) Release(ctx context.Context) error {
+	if l.nested {
+		return nil // the outermost holder releases (reentrant.go)
+	}
+	l.state.ended.Store(true)
+	l.state.stopLease() // a released lock must not be extended
+	ctx, end := l.cfg.startCall(ctx, OpRelease, l.key)
+	start := time.Now()
+	t, err := l.release(ctx)
+	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
+	// Node calls of this lock that were still running (stragglers of the
+	// acquisition and extensions, late grants being undone) end before
+	// Release returns: nothing the lock started outlives it.
+	l.state.waitCalls()
+	end(nil, err)
+	return err
+}
+
+func (l *Lock) release(ctx context.Context) (*tally, error) {
+	c := l.client
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if l.released != nil {
+		l.released.Store(true)
+	}
+	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		if l.vouch {
+			code, err := releaseVouchScript.Run(ctx, n.client, l.keys, l.owner, strconv.FormatUint(l.token, 10)).Int64()
+			return reply{code: code, err: err}
+		}
+		return c.releaseOp(ctx, n, l.keys, l.owner)
+	}, nil)
+	wait()
+	deleted, notOurs := t.granted, 0
+	for _, r := range t.results {
+		if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+			notOurs++
+		}
+	}
+	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
+	switch {
+	case notOurs >= c.quorum:
+		// A majority no longer held our key: the lock had expired (or was
+		// taken) before this release, whatever the other nodes say. The
+		// holder must learn that it overran its lock.
+		qe.Err = ErrNotHeld
+	case deleted+notOurs < c.quorum:
+		qe.Err = ErrNoQuorum
+	default:
+		return t, nil
+	}
+	return t, qe
+}
+
+// Extend makes the lock live at least ttl more on every node that still
+// holds it and returns a new Lock whose validity is ttl − elapsed − drift
+// from the start of the extension. It succeeds only if a majority applied it,
+// and never revives a lock whose validity has run out: then it returns
+// ErrNotHeld without a round trip. The fencing token is kept.
+//
+// Extend never shortens a key's remaining TTL on a node: a ttl shorter than
+// what is left there leaves the key as it is, and the new Lock's validity is
+// then a lower bound. So no Extend — failed, successful, or applied on a node
+// after it returned — can end the lock before the deadline of a handle it
+// was called on (the receiver, and every handle before it, keep their
+// deadlines).
+//
+// When a majority applied the extension in time, nodes that had answered
+// that the key is gone (restarted empty, or expired it early) get it back, set
+// only if absent with the time left, and, with the amnesia guard on, vouched
+// for by this holder: a lock kept alive survives rolling restarts of nodes
+// without persistence. It is never put where another owner holds the key,
+// nor when the majority is gone. That costs one more round trip, only then.
+//
+// Errors: ErrInvalidArgument for a bad ttl (also one longer than the
+// retention, see WithRetention); a *QuorumError wrapping ErrNotHeld when the
+// lock is no longer held (expired here, or a majority of nodes say the key is
+// gone or someone else's), or ErrNoQuorum when too few nodes answered (the
+// receiver stays valid until its own deadline). The context's error is
+// wrapped too when ctx ended.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
+	start := time.Now()
+	next, t, err := l.extend(ctx, ttl)
+	l.observeOp(ctx, OpExtend, start, ttl, t, next, err)
+	end(next, err)
+	return next, err
+}
+
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, error) {
+	c := l.client
+	timeout := l.cfg.timeoutFor(ttl)
+	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
+		return nil, nil, err
+	}
+	if err := l.cfg.checkRetention(ttl); err != nil {
+		return nil, nil, err
+	}
+	qe := &QuorumError{Op: OpExtend, Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
+	if c.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	start := time.Now()
+	if !start.Before(l.validUntil) {
+		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
+		return nil, nil, qe
+	}
+	ttlMs, retMs := strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg)
+	t, wait := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		code, err := extendScript.Run(ctx, n.client, l.keys, l.owner, ttlMs, retMs).Int64()
+		return reply{code: code, err: err}
+	}, nil)
+	l.state.track(wait) // stragglers: Release waits for them
+	now := time.Now()
+	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
+	if t.granted < c.quorum {
+		refused := 0
+		for _, r := range t.results {
+			if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
+				refused++
+			}
+		}
+		if refused <= len(c.nodes)-c.quorum {
+			qe.Err = ErrNoQuorum
+		}
+		return nil, t, qe
+	}
+	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
+		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
+		return nil, t, qe
+	}
+	l.reput(ctx, t, start, ttl, timeout)
+	next := *l
+	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
+	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
+	return &next, t, nil
+}
+
+// reput puts the key back, set only if absent, on the nodes that answered
+// "not held" to an extension a majority applied, with the time left of the
+// extension's ttl; with fencing on the node's counter is raised to the token
+// and with the guard on its epoch is vouched for (this holder validly holds
+// the lock, so whatever the node forgot has no other valid holder). The
+// nodes put back are reported as granted in t.
+func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
+	c := l.client
+	gone := make(map[*node]bool)
+	for i, r := range t.results {
+		if r.Outcome == OutcomeNotHeld {
+			gone[c.nodes[i]] = true
+		}
+	}
+	left := (ttl - time.Since(start)).Truncate(time.Millisecond)
+	if len(gone) == 0 || left < time.Millisecond {
+		return
+	}
+	args := []any{l.owner, strconv.FormatInt(left.Milliseconds(), 10), strconv.FormatUint(l.token, 10), "0", retentionMs(l.cfg)}
+	if l.cfg.quarantine > 0 {
+		args[3] = "1"
+	}
+	put, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		if !gone[n] {
+			return reply{code: codeNotHeld}
+		}
+		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
+		return reply{code: code, err: err}
+	}, nil)
+	wait()
+	for i, r := range put.results {
+		if gone[c.nodes[i]] && r.Outcome == OutcomeGranted {
+			t.results[i].Outcome = OutcomeGranted
+			t.granted++
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package redlock
+
+// Options of a Client and of one call, validated where they are applied.
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/d3b93e30/redlock/internal/mutation"
+)
+
+// Option configures a Client (New, Dial) or one call (Acquire, TryAcquire).
+// An option given bad values makes the call return ErrInvalidArgument.
+type Option func(*config) error
+
+type config struct {
+	driftFactor float64
+	nodeTimeout time.Duration // 0: derived from the TTL, see defaultNodeTimeout
+	retry       RetryPolicy
+	prefix      string
+	owner       func() (string, error)
+	fencing     bool
+	quarantine  time.Duration // amnesia guard; 0: off
+	retention   time.Duration // of each key's counter and epoch (WithRetention)
+	logger      *slog.Logger
+	observer    Observer   // nil: none (observe.go)
+	hold        holdConfig // KeepAlive and Do (do.go)
+
+	mutant *mutation.Knobs // chaos mutant hook: nil except in the chaos harness's mutants
+}
+
+func defaultConfig() config {
+	return config{
+		driftFactor: DefaultDriftFactor,
+		retry:       DefaultRetry(),
+		owner:       RandomOwner,
+		fencing:     true,
+		retention:   DefaultRetention,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+// checkRetention reports an error when the retention is shorter than the
+// quarantine or than ttl: the bookkeeping must outlive every lock and every
+// quarantine, or a key could look brand new while it is held. ttl 0 checks
+// the quarantine only.
+func (c config) checkRetention(ttl time.Duration) error {
+	if c.retention < c.quarantine {
+		return fmt.Errorf("%w: retention %v is shorter than the quarantine %v", ErrInvalidArgument, c.retention, c.quarantine)
+	}
+	if c.retention < ttl {
+		return fmt.Errorf("%w: ttl %v is longer than the retention %v (WithRetention)", ErrInvalidArgument, ttl, c.retention)
+	}
+	return nil
+}
+
+func (c config) timeoutFor(ttl time.Duration) time.Duration {
+	if c.nodeTimeout > 0 {
+		return c.nodeTimeout
+	}
+	return defaultNodeTimeout(ttl)
+}
+
+// WithDriftFactor sets the clock drift factor (default 0.01, the Redlock
+// spec's). The drift allowance is ttl × factor + 2 ms. The factor must be in
+// [0, 1).
+func WithDriftFactor(factor float64) Option {
+	return func(c *config) error {
+		if !(factor >= 0 && factor < 1) {
+			return fmt.Errorf("%w: drift factor %g must be in [0, 1)", ErrInvalidArgument, factor)
+		}
+		c.driftFactor = factor
+		return nil
+	}
+}
+
+// WithNodeTimeout sets how long one node may take to answer one operation
+// before its vote counts as timed out. It must be positive (else
+// ErrInvalidArgument), and every TTL used must leave at least 1 ms of
+// validity after it and the drift allowance: TTL − drift − timeout ≥ 1 ms
+// (else the call returns ErrInvalidArgument naming the smallest usable TTL).
+// Default: 1% of the TTL, within [20 ms, 1 s] (the Redlock spec suggests
+// 5–50 ms for a 10 s TTL), so the shortest TTL with the defaults is 24 ms;
+// set a shorter timeout for shorter TTLs.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: node timeout %v must be positive", ErrInvalidArgument, d)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithRetry sets the retry policy of Acquire (default DefaultRetry: retry
+// with jittered backoff until the context ends). It must not be nil, nor hold
+// a nil function or pointer (RetryFunc(nil)): ErrInvalidArgument.
+func WithRetry(p RetryPolicy) Option {
+	return func(c *config) error {
+		if isNil(p) {
+			return fmt.Errorf("%w: nil retry policy", ErrInvalidArgument)
+		}
+		if v, ok := p.(interface{ validate() error }); ok {
+			if err := v.validate(); err != nil {
+				return err
+			}
+		}
+		c.retry = p
+		return nil
+	}
+}
+
+// WithKeyPrefix puts prefix in front of every key on the nodes, e.g.
+// "lock:" makes Acquire(ctx, "report", …) set "lock:report".
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithOwnerGenerator sets the function that makes each attempt's owner
+// value (default RandomOwner). Values must be unique across all clients and
+// attempts, or two clients could release each other's lock; an empty value
+// is an error. A nil gen gives ErrInvalidArgument.
+func WithOwnerGenerator(gen func() (string, error)) Option {
+	return func(c *config) error {
+		if isNil(gen) {
+			return fmt.Errorf("%w: nil owner generator", ErrInvalidArgument)
+		}
+		c.owner = gen
+		return nil
+	}
+}
+
+// WithQuarantine turns the amnesia guard on with the given quarantine
+// (default 0: off). A node that restarts without its data forgets the locks
+// it granted, and a second client can then win a majority (Kleppmann, "How to
+// do distributed locking", 2016). With the guard, each node keeps a per-key
+// epoch next to the lock key; when a node lost it, its votes for that key are
+// not counted (outcome OutcomeQuarantined) until either a successful
+// acquisition that reached it (however late its reply) vouches for it, or
+// the quarantine has passed since the epoch was recreated. Choose the
+// quarantine at least as long as the longest TTL any client uses on these
+// nodes (by then every lock the node may have forgotten has expired); each
+// call uses at least its own TTL; one minute is a good start. The guard
+// holds while at most a minority of the nodes lose their data within one
+// quarantine and, counting them, at most a minority is emptied or
+// unreachable at once. Costs: one small hash per key and node (kept for the
+// retention, see WithRetention), and on the first use of a key Acquire waits
+// for every node's answer (or its per-node timeout), since only then can it
+// tell a new key from a forgotten one (docs/fencing.md). It must not be
+// negative nor longer than the retention.
+func WithQuarantine(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: quarantine %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.quarantine = d
+		return nil
+	}
+}
+
+// WithFencing turns fencing tokens on (the default) or off. With fencing on,
+// each grant increments the key's counter on its node in the same atomic
+// step; a second round trip (the token written back to a majority) is needed
+// only when the granting nodes' counters disagree, as on a key's first use
+// or after a node missed grants (docs/fencing.md). Off, Lock.Token is always
+// 0 and no counter is kept.
+func WithFencing(on bool) Option {
+	return func(c *config) error {
+		c.fencing = on
+		return nil
+	}
+}
+
+// DefaultRetention is how long a lock name's bookkeeping on a node (its
+// fencing counter and amnesia guard epoch) is kept after the last grant,
+// extension or write-back that touched it: one day.
+const DefaultRetention = 24 * time.Hour
+
+// WithRetention sets how long each lock name's fencing counter and epoch are
+// kept on a node after they were last touched (default DefaultRetention), so
+// that the nodes' memory is bounded by the names in use. It must be at least
+// every TTL (Acquire and Extend return ErrInvalidArgument for a longer TTL)
+// and at least the quarantine (WithQuarantine). Tokens still increase across
+// a name's idle periods: a counter re-created after the retention starts from
+// the node's clock in microseconds, above every earlier token unless a node
+// clock went back by more than the retention (docs/fencing.md).
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			return fmt.Errorf("%w: retention %v must be a positive whole number of milliseconds", ErrInvalidArgument, d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithLogger sets a structured logger. Debug logs every acquisition attempt,
+// extension and release with its per-node outcomes; warn logs settings that
+// weaken the lock, failed extensions and releases, and lost locks (see
+// Lease). Owner values and passwords are never logged. Default: no logging.
+// It must not be nil, nor a Logger without a Handler (the zero slog.Logger):
+// ErrInvalidArgument.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil || isNil(l.Handler()) {
+			return fmt.Errorf("%w: nil logger or logger without a handler", ErrInvalidArgument)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// RandomOwner returns 128 random bits from crypto/rand, base64-encoded: the
+// default owner value, unguessable and unique with overwhelming probability.
+func RandomOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redlock: owner value: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
