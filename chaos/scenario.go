@@ -115,10 +115,12 @@ type Scenario struct {
 	Availability Availability `json:"availability,omitempty"`
 	// MinNodes is the smallest cluster the scenario makes sense on.
 	MinNodes int `json:"min_nodes,omitempty"`
-	// FencingBreaks marks a scenario outside fencing's own guarantee (a
-	// node in two successive quorums lost its counter, docs/fencing.md):
+	// FencingBreaks marks a scenario outside fencing's own guarantee (for
+	// example a node that re-creates a lost counter after its clock stepped
+	// back by more than the retention, docs/fencing.md, assumption C):
 	// fenced stale writes and token order are reported but do not make the
-	// verdict Broken.
+	// verdict Broken. No built-in scenario needs it: a node that merely lost
+	// its data re-creates its counter from its clock, above earlier tokens.
 	FencingBreaks bool `json:"fencing_breaks,omitempty"`
 	// Fixed scenarios are not stretched by Scaled: their margins are
 	// absolute.
