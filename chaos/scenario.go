@@ -361,7 +361,8 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 }
 
 // validityCaps returns, for each client whose replies a fault delays from
-// the trial's start on a majority of the n nodes, the most validity a lock
+// the trial's start on a majority of the n nodes (every client when the
+// fault names none), the most validity a lock
 // it acquires may have: TTL − delay − Drift(TTL). Such a client's quorum
 // includes a delayed reply, so its acquisition took at least the delay, and
 // the validity counts from before the first request.
@@ -377,7 +378,13 @@ func (s Scenario) validityCaps(n int) map[int]time.Duration {
 			continue
 		}
 		limit := w.TTL - f.Amount - redlock.Drift(w.TTL, factor)
-		for _, c := range f.Clients {
+		clients := f.Clients
+		if len(clients) == 0 { // the nodes' own proxies: every client
+			for c := range w.Clients {
+				clients = append(clients, c)
+			}
+		}
+		for _, c := range clients {
 			if old, ok := caps[c]; !ok || limit < old {
 				caps[c] = limit
 			}

@@ -243,6 +243,9 @@ func TestScenario_ValidityCaps(t *testing.T) {
 	assert.Equal(t, map[int]time.Duration{0: want, 2: want}, s.validityCaps(5))
 	assert.Equal(t, map[int]time.Duration{1: want}, Scenario{Workload: w, Faults: []Fault{delay(NodeSet{Pick: PickFixed, Nodes: []int{0, 1}}, 1)}}.validityCaps(3))
 	assert.Empty(t, Scenario{Workload: w, Faults: []Fault{delay(NodeSet{Pick: PickFixed, Nodes: []int{0, 1}}, 1)}}.validityCaps(4))
+	everyone := Scenario{Workload: w, Faults: []Fault{delay(majority)}}
+	everyone.Workload.Clients = 2
+	assert.Equal(t, map[int]time.Duration{0: want, 1: want}, everyone.validityCaps(5))
 	late := delay(majority, 0)
 	late.At = time.Millisecond
 	assert.Empty(t, Scenario{Workload: w, Faults: []Fault{late}}.validityCaps(5))
