@@ -14,11 +14,15 @@ const (
 	// 16 clients under the race detector; it is still small against the TTL.
 	catalogueNodeTimeout = 50 * time.Millisecond
 	scriptedTTL          = time.Second
-	// delayed-replies: the replies of a majority arrive after 96% of the
-	// TTL, beyond TTL − drift (drift factor 0.05: 27 ms), and well within the
-	// per-node timeout (TTL − 1 ms) even on a loaded machine.
-	delayedTTL   = 500 * time.Millisecond
-	delayedReply = 480 * time.Millisecond
+	// delayed-replies: one client's replies from a majority arrive two
+	// thirds of the TTL late. The per-node timeout must exceed the delay and
+	// still leave validity after the drift allowance (the library refuses a
+	// TTL that cannot: 600 − 8 − 500 = 92 ms ≥ 1 ms), and the delay stays
+	// under the connections' read timeout (ClientIOTimeout), which is why
+	// the scenario is not stretched by Scaled.
+	delayedTTL         = 600 * time.Millisecond
+	delayedReply       = 400 * time.Millisecond
+	delayedNodeTimeout = 500 * time.Millisecond
 )
 
 // Catalogue returns every built-in scenario, in the order `redlock chaos`
@@ -70,6 +74,14 @@ func Catalogue() []Scenario {
 	drifting.RetryMax = time.Millisecond
 	drifting.TTL = 2 * scriptedTTL
 	drifting.HoldOf = map[int]time.Duration{0: drifting.TTL}
+	// A (client 0) acquires once and works for its whole validity; B
+	// starts once A holds and retries every millisecond, so that it takes
+	// the key as soon as A's release or expiry frees it.
+	delayedHolder := Workload{
+		Clients: 2, TTL: delayedTTL, NodeTimeout: delayedNodeTimeout, Hold: 5 * time.Millisecond, MaxAcquires: 1,
+		HoldOf: map[int]time.Duration{0: delayedTTL}, WriteEvery: 10 * time.Millisecond, RetryMax: time.Millisecond,
+		AcquireTimeout: 3 * delayedTTL, StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}},
+	}
 	// Long holds kept alive by Do (client 0) and KeepAlive (client 1).
 	long := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: 2 * catalogueNodeTimeout, Hold: 5 * catalogueTTL / 2,
 		WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond, AcquireTimeout: 10 * catalogueTTL,
@@ -152,12 +164,10 @@ func Catalogue() []Scenario {
 			Duration: 2 * trialLength, Availability: Available,
 		},
 		{
-			Name: "delayed-replies", Summary: fmt.Sprintf("a majority's replies are delayed %v, 96%% of the %v TTL", delayedReply, delayedTTL),
-			Expect: Safe, Why: "elapsed time is measured from before the first request, so the SETs land but the validity time runs out and the lock is refused",
-			Workload: Workload{Clients: 1, TTL: delayedTTL, NodeTimeout: delayedTTL - time.Millisecond, Hold: 5 * time.Millisecond,
-				AcquireTimeout: 3 * delayedTTL, DriftFactor: 0.05, SingleAttempt: true, NoFencing: true},
-			Duration: 4 * delayedTTL, Availability: Unavailable, Fixed: true, FailCause: "validity time ran out",
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: DelayReplies, Amount: delayedReply}},
+			Name: "delayed-replies", Summary: fmt.Sprintf("A's replies from a majority arrive %v late (its requests land at once; TTL %v); B, whose replies are on time, starts once A holds", delayedReply, delayedTTL),
+			Expect: Safe, Why: "A's validity counts from before its first request, so A is granted only TTL − delay − drift and stops before its keys expire; B takes the key when A releases it or it expires",
+			Workload: delayedHolder, Duration: 3 * delayedTTL, Availability: Available, Fixed: true, ElapsedSubtracted: true,
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: DelayReplies, Amount: delayedReply}},
 		},
 		{
 			Name: "client-pause", Summary: fmt.Sprintf("the holder freezes for %v (a GC pause) after acquiring, then writes", 2*catalogueTTL),
@@ -171,8 +181,8 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "amnesia-unguarded", Summary: "the overlap of two quorums restarts without its data; amnesia guard off",
-			Expect: Unsafe, Why: "the restarted nodes grant the key again and, with the nodes that were cut off, form a second quorum; their fencing counters are lost too, so tokens may repeat",
-			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3, FencingBreaks: true,
+			Expect: Unsafe, Why: "the restarted nodes grant the key again and, with the nodes that were cut off, form a second quorum; their lost fencing counters are re-created from the node clock, above the first holder's token, so the tokens stay in order (checked) and the fenced resource refuses the stale writes, but mutual exclusion is gone",
+			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
 			Faults: amnesiaFaults,
 		},
 		{

@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -191,4 +194,59 @@ func TestCatalogue_EvenNodes(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, s.Expect, res.Observed, "%s on 4 nodes: %v", name, res.Notes)
 	}
+}
+
+// delayed-replies: the holder whose replies from a majority are late gets a
+// lock with at most TTL − delay − drift of validity, stops in time, and the
+// rival takes the key after it. A lock that counts its validity from the
+// replies (the no-elapsed mutant) is caught twice: the validity check says
+// so, and the holder still writes after the rival acquired (an overlap).
+func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, cluster.Close()) }()
+	s, ok := Find("delayed-replies")
+	require.True(t, ok)
+	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under ClientIOTimeout")
+	caps := s.validityCaps(5)
+	require.Len(t, caps, 1)
+	assert.Equal(t, delayedTTL-delayedReply-redlock.Drift(delayedTTL, redlock.DefaultDriftFactor), caps[0])
+
+	res, err := Run(ctx, cluster, s, 1, 3, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Safe, res.Observed, "notes: %v", res.Notes)
+	assert.Equal(t, 2, res.Acquisitions, "the holder and then the rival")
+	assert.Zero(t, res.Violations)
+
+	m, ok := FindMutant("no-elapsed")
+	require.True(t, ok)
+	res, err = RunMutant(ctx, cluster, s, m, 3, 3, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Broken, res.Observed)
+	assert.Positive(t, res.Violations, "the holder must overlap the rival")
+	assert.Positive(t, res.StalePlain)
+	assert.Zero(t, res.StaleFenced)
+	assert.True(t, slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "was not subtracted") }), "notes: %v", res.Notes)
+}
+
+// The elapsed-time check applies only to faults that delay a client's
+// replies on a majority from the start: only then must its quorum wait.
+func TestScenario_ValidityCaps(t *testing.T) {
+	w := Workload{TTL: time.Second, DriftFactor: 0.01}
+	delay := func(ns NodeSet, clients ...int) Fault {
+		return Fault{Nodes: ns, Clients: clients, Action: DelayReplies, Amount: 300 * time.Millisecond}
+	}
+	majority := NodeSet{Pick: PickRandomMajority}
+	s := Scenario{Workload: w, Faults: []Fault{delay(majority, 0, 2), delay(NodeSet{Pick: PickRandomMinority}, 1)}}
+	want := time.Second - 300*time.Millisecond - 12*time.Millisecond
+	assert.Equal(t, map[int]time.Duration{0: want, 2: want}, s.validityCaps(5))
+	assert.Equal(t, map[int]time.Duration{1: want}, Scenario{Workload: w, Faults: []Fault{delay(NodeSet{Pick: PickFixed, Nodes: []int{0, 1}}, 1)}}.validityCaps(3))
+	assert.Empty(t, Scenario{Workload: w, Faults: []Fault{delay(NodeSet{Pick: PickFixed, Nodes: []int{0, 1}}, 1)}}.validityCaps(4))
+	everyone := Scenario{Workload: w, Faults: []Fault{delay(majority)}}
+	everyone.Workload.Clients = 2
+	assert.Equal(t, map[int]time.Duration{0: want, 1: want}, everyone.validityCaps(5))
+	late := delay(majority, 0)
+	late.At = time.Millisecond
+	assert.Empty(t, Scenario{Workload: w, Faults: []Fault{late}}.validityCaps(5))
 }

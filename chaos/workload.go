@@ -36,12 +36,9 @@ type Workload struct {
 	AcquireTimeout time.Duration
 	// RetryMax caps the delay between two attempts of one Acquire
 	// (ExponentialRetry from 2 ms); default 20 ms.
-	RetryMax time.Duration
-	// SingleAttempt makes every Acquire call one attempt (no retries), so
-	// that each failed attempt is recorded with its own cause.
-	SingleAttempt bool
-	MaxAcquires   int           // per client; 0 = no limit
-	Stagger       time.Duration // client i starts at i × Stagger
+	RetryMax    time.Duration
+	MaxAcquires int           // per client; 0 = no limit
+	Stagger     time.Duration // client i starts at i × Stagger
 	// StartOn makes client i (i ≥ 1) wait for the trigger instead of
 	// starting at i × Stagger.
 	StartOn map[int]Trigger
@@ -144,9 +141,6 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 	}
 	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), redlock.WithQuarantine(w.Quarantine),
 		redlock.WithRetry(redlock.ExponentialRetry(min(2*time.Millisecond, retryMax), retryMax, 0))}
-	if w.SingleAttempt {
-		opts = append(opts, redlock.WithRetry(redlock.NoRetry()))
-	}
 	if w.NodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(w.NodeTimeout))
 	}

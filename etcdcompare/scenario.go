@@ -217,7 +217,7 @@ func Catalogue() []Scenario {
 		{
 			Name: "delayed-replies", Redlock: "delayed-replies", Summary: "right after the holder acquired, its replies are delayed 900 ms, just under the 1 s TTL; it works 3 s, writing every 50 ms while its session lives",
 			Expect: SometimesUnsafe, ExpectFenced: chaos.Safe,
-			Why:      "etcd's client sends a keep-alive only when the last reply is older than TTL/3, on a 500 ms loop, and counts its deadline from a reply's arrival: with 900 ms replies the lease goes unrenewed for 1.5 s and lapses, the rival acquires, and the holder's session still looks alive until its deadline check (once a second) or a late reply says the lease is gone. Redlock counts validity from before its request and refuses",
+			Why:      "etcd's client sends a keep-alive only when the last reply is older than TTL/3, on a 500 ms loop, and counts its deadline from a reply's arrival: with 900 ms replies the lease goes unrenewed for 1.5 s and lapses, the rival acquires, and the holder's session still looks alive until its deadline check (once a second) or a late reply says the lease is gone. Redlock counts validity from before its request: in its delayed-replies the holder's replies from a majority are late from its first request, it is granted only TTL − delay − drift, stops before its keys expire, and the rival takes the key after it",
 			Workload: holderAndRival, Duration: scriptedFor + etcdTTL, Availability: chaos.Available,
 			Faults: []Fault{{AfterFirst: true, Pick: PickHolder, Action: DelayReplies, Amount: etcdTTL - 100*time.Millisecond}},
 		},
