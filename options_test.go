@@ -55,6 +55,11 @@ var badOptions = []struct {
 	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
 	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
 	{"negative quarantine", redlock.WithQuarantine(-time.Second), "quarantine"},
+	// Options that are bad only against the lock's TTL (10 s) or each other.
+	{"retention shorter than the ttl", redlock.WithRetention(time.Second), "retention"},
+	{"quarantine longer than the retention", redlock.WithQuarantine(48 * time.Hour), "retention"},
+	{"node timeout that leaves the ttl no validity", redlock.WithNodeTimeout(ttl10s), "smallest usable ttl"},
+	{"node timeout too large for any ttl", redlock.WithNodeTimeout(math.MaxInt64), "smallest usable ttl with this drift factor and per-node timeout is none"},
 	{"nil option", nil, "nil option"},
 }
 
