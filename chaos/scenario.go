@@ -330,6 +330,12 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 			notes = append(notes, fmt.Sprintf("%d acquisitions succeeded, but none may", rep.Acquisitions))
 		}
 	}
+	for reason := range rep.FailureReasons {
+		if strings.Contains(reason, redlock.ErrInvalidArgument.Error()) {
+			notes = append(notes, "the library refused the scenario's own settings: "+reason)
+			break
+		}
+	}
 	if s.FailCause != "" {
 		seen := false
 		for reason := range rep.FailureReasons {
