@@ -53,7 +53,7 @@ func checkTTL(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration)
 		return fmt.Errorf("%w: ttl %v is not a whole number of milliseconds", ErrInvalidArgument, ttl)
 	}
 	if !ttlUsable(ttl, driftFactor, nodeTimeout) {
-		least := "none (the drift factor is too close to 1)"
+		least := "none (the drift factor is too close to 1, or the per-node timeout too long)"
 		if m, ok := minTTL(driftFactor, nodeTimeout); ok {
 			least = m.String()
 		}
@@ -73,8 +73,10 @@ func ttlUsable(ttl time.Duration, driftFactor float64, nodeTimeout time.Duration
 // for a fixed per-node timeout; false if it would not fit a Duration.
 func minTTL(driftFactor float64, nodeTimeout time.Duration) (time.Duration, bool) {
 	// ttl × (1 − factor) ≥ nodeTimeout + 2 ms + minValidity, up to Drift's
-	// rounding: start a little below and step up.
-	est := float64(nodeTimeout+expiryPrecision+minValidity) / (1 - driftFactor)
+	// rounding: start a little below and step up. The sum is taken in
+	// floating point: a per-node timeout near the largest Duration would
+	// wrap around to a negative TTL.
+	est := (float64(nodeTimeout) + float64(expiryPrecision+minValidity)) / (1 - driftFactor)
 	if est > float64(time.Duration(1<<62)) {
 		return 0, false
 	}

@@ -131,7 +131,8 @@ type Lease struct {
 // matter: WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger,
 // WithObserver). KeepAlive returns ErrInvalidArgument for a bad option, an
 // interval not below l's validity, a per-node timeout that leaves l's TTL no
-// validity (see WithNodeTimeout), or when another Lease already keeps l
+// validity (see WithNodeTimeout), a retention shorter than l's TTL or than
+// the quarantine (see WithRetention), or when another Lease already keeps l
 // alive; ErrClosed if the Client is closed. For a nested (reentrant) handle it returns a Lease that neither
 // extends nor releases: its context ends with the outer holder's.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
@@ -157,6 +158,11 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 		return s, nil
 	}
 	if err := checkTTL(l.ttl, cfg.driftFactor, cfg.timeoutFor(l.ttl)); err != nil {
+		return nil, err
+	}
+	// Every extension would refuse a retention shorter than the TTL (or
+	// than the quarantine): say so now, not as a lost lock later.
+	if err := cfg.checkRetention(l.ttl); err != nil {
 		return nil, err
 	}
 	interval, err := cfg.hold.intervalFor(l.ttl, cfg.driftFactor)

@@ -231,6 +231,11 @@ func TestAcquire_KeyWithBracesButNoHashTag(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "hash tag")
 		c.requireNoKey(t, "a}b")
+		// Inspect names the same three keys: it refuses the same names.
+		for _, bad := range []string{"a}b", "a{}b"} {
+			_, err = c.rl.Inspect(context.Background(), bad)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Inspect(%q)", bad)
+		}
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"syscall"
 	"testing"
@@ -47,6 +48,10 @@ func TestMinTTL_IsTheBoundary(t *testing.T) {
 	}
 	_, ok := minTTL(1-1e-18, time.Second)
 	assert.False(t, ok, "no TTL fits when the drift factor rounds to 1")
+	for _, timeout := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Millisecond, 1 << 62} {
+		m, ok := minTTL(0.01, timeout)
+		assert.False(t, ok, "timeout %v: no TTL fits, got %v", timeout, m)
+	}
 }
 
 func TestFenceKeySharesHashSlot(t *testing.T) {

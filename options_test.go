@@ -55,7 +55,20 @@ var badOptions = []struct {
 	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
 	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
 	{"negative quarantine", redlock.WithQuarantine(-time.Second), "quarantine"},
+	{"quarantine longer than the retention", redlock.WithQuarantine(48 * time.Hour), "retention"},
 	{"nil option", nil, "nil option"},
+}
+
+// badForTTL10s are options that New and Dial accept but every call with a
+// 10 s TTL must refuse, with words the error must contain.
+var badForTTL10s = []struct {
+	name string
+	opt  redlock.Option
+	msg  string
+}{
+	{"retention shorter than the ttl", redlock.WithRetention(time.Second), "retention"},
+	{"node timeout that leaves the ttl no validity", redlock.WithNodeTimeout(ttl10s), "smallest usable ttl"},
+	{"node timeout too large for any ttl", redlock.WithNodeTimeout(math.MaxInt64), "smallest usable ttl with this drift factor and per-node timeout is none"},
 }
 
 // stopRetry is a RetryPolicy with a pointer receiver, for typed nils.
@@ -265,7 +278,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		l, err := c.rl.Acquire(ctx, "held", ttl10s)
 		require.NoError(t, err)
 		ran := false
-		for _, tc := range badOptions {
+		for _, tc := range append(badOptions[:len(badOptions):len(badOptions)], badForTTL10s...) {
 			var err error
 			require.NotPanics(t, func() {
 				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context) error { ran = true; return nil }, tc.opt)

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -332,6 +333,12 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 	case Unavailable:
 		if rep.Acquisitions > 0 {
 			notes = append(notes, fmt.Sprintf("%d acquisitions succeeded, but none may", rep.Acquisitions))
+		}
+	}
+	for reason := range rep.FailureReasons {
+		if strings.Contains(reason, redlock.ErrInvalidArgument.Error()) {
+			notes = append(notes, "the library refused the scenario's own settings: "+reason)
+			break
 		}
 	}
 	if s.Extends && rep.ExtendedHolds == 0 {

@@ -250,3 +250,27 @@ func TestScenario_ValidityCaps(t *testing.T) {
 	late.At = time.Millisecond
 	assert.Empty(t, Scenario{Workload: w, Faults: []Fault{late}}.validityCaps(5))
 }
+
+// A scenario whose own settings the library refuses (here a per-node timeout
+// that leaves the TTL no validity) is a harness mistake, not a lock that is
+// unavailable: the verdict is Broken with the library's reason, and each
+// client stops at the first refusal instead of spinning through the trial.
+func TestScenario_RefusedSettingsAreReported(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
+	require.NoError(t, err)
+	defer cluster.Close()
+	s := Scenario{
+		Name: "refused", Expect: Safe, Duration: 200 * time.Millisecond, Availability: Unavailable,
+		Workload: Workload{Clients: 2, TTL: 100 * time.Millisecond, NodeTimeout: 100 * time.Millisecond, Hold: time.Millisecond},
+	}
+	res, err := Run(ctx, cluster, s, 1, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Broken, res.Observed)
+	assert.LessOrEqual(t, res.Failed, 2, "one refused call per client")
+	found := false
+	for _, n := range res.Notes {
+		found = found || strings.Contains(n, "refused the scenario's own settings") && strings.Contains(n, "smallest usable ttl")
+	}
+	assert.True(t, found, "notes %q name the refusal", res.Notes)
+}

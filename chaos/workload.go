@@ -345,10 +345,13 @@ type holder struct {
 	rng            *rand.Rand
 	fire           func(Acquisition)
 	stats          *workloadStats
+	// refused is set when the library refused the workload's own settings
+	// (ErrInvalidArgument): the client stops, since every call would.
+	refused bool
 }
 
 func (h *holder) loop(ctx context.Context) {
-	for n := 1; ctx.Err() == nil && (h.w.MaxAcquires == 0 || n <= h.w.MaxAcquires); {
+	for n := 1; !h.refused && ctx.Err() == nil && (h.w.MaxAcquires == 0 || n <= h.w.MaxAcquires); {
 		var ok bool
 		if h.w.mode(h.i) == ModeDo {
 			ok = h.holdDo(ctx, n)
@@ -367,6 +370,7 @@ func (h *holder) loop(ctx context.Context) {
 
 // failed records a failed acquisition (the trial's end is not a failure).
 func (h *holder) failed(ctx context.Context, err error, latency time.Duration) {
+	h.refused = h.refused || errors.Is(err, redlock.ErrInvalidArgument)
 	attempts := 1
 	var qe *redlock.QuorumError
 	if errors.As(err, &qe) {
