@@ -220,6 +220,16 @@ func Catalogue() []Scenario {
 			Workload: drifting, Duration: 2 * drifting.TTL, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 1.009}},
 		},
+		{
+			Name: "exec-asymmetric-partition", Summary: fmt.Sprintf("A runs a %v job under redlock exec's supervision; right after A took the lock, A (only) loses a majority of nodes; B still sees every node", 2*catalogueTTL),
+			Expect: Safe, Why: "A's extension fails, so the lease ends and the job's process group gets SIGTERM (SIGKILL by the validity's end): the job has exited before B can take the expired key",
+			// A's hold lasts until its job process has exited.
+			Workload: Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond,
+				HoldOf: map[int]time.Duration{0: 2 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
+				StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeExec, ModeAcquire}},
+			Duration: 3 * catalogueTTL, Availability: Available,
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition}},
+		},
 	}
 }
 

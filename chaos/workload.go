@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // Workload is what the clients of one trial do: each of Clients clients, with
@@ -116,7 +117,8 @@ type Resources struct {
 // client is one workload client: its redlock.Client and what closes it.
 type client struct {
 	*redlock.Client
-	close func()
+	close  func()
+	mutant *mutation.Knobs // the mutant's knobs, for what is not in the Client (ModeExec)
 }
 
 // connect makes one redlock.Client per workload client, over addrs[i] (the
@@ -162,6 +164,9 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 		if err != nil {
 			closeClients(clients[:i])
 			return nil, err
+		}
+		if mutant != nil {
+			c.mutant = mutant.knobs
 		}
 		clients[i] = c
 	}
@@ -299,7 +304,7 @@ func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Reso
 	stats := &workloadStats{released: map[string]bool{}}
 	for i, c := range clients {
 		h := &holder{w: w, i: i, c: c.Client, key: w.key(), acquireTimeout: acquireTimeout, o: o, res: res,
-			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats}
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats, mutant: c.mutant}
 		wg.Go(func() {
 			select {
 			case <-started[i]:
@@ -345,6 +350,7 @@ type holder struct {
 	rng            *rand.Rand
 	fire           func(Acquisition)
 	stats          *workloadStats
+	mutant         *mutation.Knobs
 	// refused is set when the library refused the workload's own settings
 	// (ErrInvalidArgument): the client stops, since every call would.
 	refused bool
@@ -353,9 +359,12 @@ type holder struct {
 func (h *holder) loop(ctx context.Context) {
 	for n := 1; !h.refused && ctx.Err() == nil && (h.w.MaxAcquires == 0 || n <= h.w.MaxAcquires); {
 		var ok bool
-		if h.w.mode(h.i) == ModeDo {
+		switch h.w.mode(h.i) {
+		case ModeDo:
 			ok = h.holdDo(ctx, n)
-		} else {
+		case ModeExec:
+			ok = h.holdExec(ctx, n)
+		default:
 			ok = h.holdLock(ctx, n)
 		}
 		if !ok {

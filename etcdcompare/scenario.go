@@ -242,6 +242,7 @@ func Catalogue() []Scenario {
 			Workload: holderAndRival, Duration: scriptedFor + etcdTTL, Availability: chaos.Available,
 			Faults: []Fault{{AfterFirst: true, Pick: PickHolder, Action: Isolate}},
 		},
+		{Name: "exec-asymmetric-partition", Redlock: "exec-asymmetric-partition", NotApplicable: "not applicable: it tests how redlock exec stops its job when the lock is lost, and etcd has no redlock exec; the lock itself is covered by holder-partitioned"},
 	}
 }
 

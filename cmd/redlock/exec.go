@@ -17,23 +17,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/execjob"
 )
 
 // Exit statuses of `redlock exec` besides COMMAND's own (and exitUsage, 64).
 // The values below 79 are from sysexits.h; 126 and 127 follow the shell and
 // env(1).
 const (
-	exitUnavailable = 69  // EX_UNAVAILABLE: too few nodes answered to take the lock
-	exitSoftware    = 70  // EX_SOFTWARE: an internal error
-	exitBusy        = 75  // EX_TEMPFAIL: the lock is held by someone else (default of --busy-exit)
-	exitLost        = 79  // the lock was lost while COMMAND ran
-	exitCannotRun   = 126 // COMMAND could not be started
-	exitNotFound    = 127 // COMMAND was not found
+	exitUnavailable = 69               // EX_UNAVAILABLE: too few nodes answered to take the lock
+	exitSoftware    = 70               // EX_SOFTWARE: an internal error
+	exitBusy        = 75               // EX_TEMPFAIL: the lock is held by someone else (default of --busy-exit)
+	exitLost        = execjob.ExitLost // 79: the lock was lost while COMMAND ran
+	exitCannotRun   = 126              // COMMAND could not be started
+	exitNotFound    = 127              // COMMAND was not found
 )
-
-// signalLag bounds how long after ctx is canceled a signal that caused it
-// may take to reach our own signal channel.
-const signalLag = 100 * time.Millisecond
 
 // nodesEnv names the environment variable read when --nodes is not given, so
 // that passwords in node URLs need not appear on the command line (where ps
@@ -501,10 +498,11 @@ func busy(err error) bool {
 // forwardedSignals are the signals redlock exec passes on to COMMAND.
 var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM}
 
-// runCommand starts COMMAND, forwards signals to it, stops it if the lease
-// ends (the lock is lost) or --grace after a forwarded signal, and returns
-// the exit status. held reports whether COMMAND ran and exited on its own
-// with the lock held throughout, so that --min-hold applies.
+// runCommand starts COMMAND under its guard and supervises it
+// (execjob.Supervise): it forwards signals to it, stops it if the lease ends
+// (the lock is lost) or --grace after a forwarded signal, and returns the
+// exit status. held reports whether COMMAND ran and exited on its own with
+// the lock held throughout, so that --min-hold applies.
 func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *nodeConns, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
 	env := os.Environ()
 	if f.fenceEnv != "" {
@@ -515,108 +513,10 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 		fmt.Fprintf(stderr, "redlock exec: cannot start the job guard: %v\n", err)
 		return exitSoftware, false
 	}
-
-	ctxDone, leaseDone := ctx.Done(), lease.Done()
-	var (
-		killTimer *time.Timer
-		kill      <-chan time.Time // fires when COMMAND is to get SIGKILL
-		killAt    time.Time
-		killed    os.Signal // the forwarded signal after which COMMAND was killed
-		got       os.Signal // the first signal forwarded to COMMAND
-	)
-	// killWithin makes COMMAND get SIGKILL at most d from now. A deadline
-	// already set stands if it is sooner: neither a second signal nor the
-	// loss of the lock postpones the SIGKILL.
-	killWithin := func(d time.Duration) {
-		at := time.Now().Add(d)
-		if killTimer != nil {
-			if !at.Before(killAt) {
-				return
-			}
-			killTimer.Stop()
-		}
-		killAt, killTimer = at, time.NewTimer(d)
-		kill = killTimer.C
-	}
-	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-	}()
-	forward := func(s os.Signal) {
-		j.signal(s.(syscall.Signal))
-		if got == nil {
-			got = s
-			killWithin(f.grace)
-		}
-	}
-	for {
-		select {
-		case st := <-j.done:
-			if st.err != nil {
-				fmt.Fprintf(stderr, "redlock exec: %v\n", st.err)
-				return st.code, false
-			}
-			if f.verbose {
-				fmt.Fprintf(stderr, "redlock exec: COMMAND exited with status %d\n", st.code)
-			}
-			switch err := lease.Err(); {
-			case err == nil && killed != nil:
-				fmt.Fprintf(stderr, "redlock exec: COMMAND killed %v after %v\n", f.grace, killed)
-				return 128 + signalNumber(killed), false
-			case err == nil:
-				return st.code, got == nil
-			case leaseDone != nil: // lost as COMMAND exited
-				fmt.Fprintf(stderr, "redlock exec: %v; COMMAND exited with status %d, but did not hold the lock throughout\n", err, st.code)
-			default:
-				fmt.Fprintf(stderr, "redlock exec: COMMAND stopped with status %d after the lock was lost\n", st.code)
-			}
-			return exitLost, false
-		case s := <-sigs:
-			forward(s)
-		case <-ctxDone:
-			// Canceled by main's signal handling, or by an embedding caller.
-			// A signal reaches sigs at about the same time as it cancels ctx,
-			// not necessarily before: give it a moment, and forward only it.
-			ctxDone = nil
-			if got != nil {
-				break
-			}
-			t := time.NewTimer(signalLag)
-			select {
-			case s := <-sigs:
-				forward(s)
-			case <-t.C:
-				forward(syscall.SIGTERM)
-			}
-			t.Stop()
-		case <-leaseDone:
-			leaseDone = nil
-			// Once the lock's validity has run out, another host may take
-			// it: COMMAND gets SIGKILL then at the latest, whatever --grace.
-			left := max(min(f.grace, time.Until(lease.Lock().ValidUntil())), 0)
-			when := ""
-			if left < f.grace {
-				when = ", when the lock's validity runs out"
-			}
-			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
-			if qe := (*redlock.QuorumError)(nil); errors.As(lease.Err(), &qe) {
-				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
-				conns.describeNodes(stderr, qe.Nodes, nil)
-			}
-			j.signal(syscall.SIGTERM)
-			killWithin(left)
-		case <-kill:
-			kill = nil
-			if lease.Err() == nil {
-				killed = got
-				fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after %v; sending SIGKILL\n", f.grace, got)
-			} else {
-				fmt.Fprintf(stderr, "redlock exec: COMMAND still running after SIGTERM, the lock lost; sending SIGKILL\n")
-			}
-			j.signal(syscall.SIGKILL)
-		}
-	}
+	return execjob.Supervise(ctx, j, execjob.Config{
+		Lease: lease, Grace: f.grace, Signals: sigs, Stderr: stderr, Verbose: f.verbose,
+		DescribeNodes: func(w io.Writer, nodes []redlock.NodeResult) { conns.describeNodes(w, nodes, nil) },
+	})
 }
 
 // exitStatus returns a process's exit status the way a shell reports it:
@@ -631,9 +531,4 @@ func exitStatus(st *os.ProcessState) int {
 	return st.ExitCode()
 }
 
-func signalNumber(s os.Signal) int {
-	if n, ok := s.(syscall.Signal); ok {
-		return int(n)
-	}
-	return int(syscall.SIGTERM)
-}
+func signalNumber(s os.Signal) int { return execjob.SignalNumber(s) }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/d3b93e30/redlock/internal/execjob"
 )
 
 // COMMAND never outlives redlock exec. It runs under a guard: redlock itself,
@@ -42,12 +44,10 @@ const (
 )
 
 // jobStatus is what became of COMMAND.
-type jobStatus struct {
-	code int   // the exit status as a shell reports it: 128+N if signal N killed it
-	err  error // COMMAND could not be started (code is then 126 or 127)
-}
+type jobStatus = execjob.Status
 
-// job is COMMAND running under its guard, as seen from redlock exec.
+// job is COMMAND running under its guard, as seen from redlock exec: an
+// execjob.Process.
 type job struct {
 	guard *exec.Cmd
 	life  *os.File // the write end of the guard's life pipe
@@ -98,7 +98,7 @@ func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 		if !ok {
 			// The guard died without a report (killed by someone else): its
 			// group may still hold COMMAND's children.
-			j.signal(syscall.SIGKILL)
+			j.Signal(syscall.SIGKILL)
 		}
 		j.mu.Lock()
 		j.over = true
@@ -106,16 +106,20 @@ func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 		_ = cmd.Wait()
 		lifeW.Close()
 		if !ok {
-			st = jobStatus{code: exitStatus(cmd.ProcessState)}
+			st = jobStatus{Code: exitStatus(cmd.ProcessState)}
 		}
 		j.done <- st
 	}()
 	return j, nil
 }
 
-// signal sends sig to COMMAND's process group while its guard has not been
+// Done delivers COMMAND's status once, when the guard has reported it (or
+// died) and has been reaped.
+func (j *job) Done() <-chan jobStatus { return j.done }
+
+// Signal sends sig to COMMAND's process group while its guard has not been
 // reaped (the group's id, the guard's pid, could be reused after that).
-func (j *job) signal(sig syscall.Signal) {
+func (j *job) Signal(sig syscall.Signal) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if !j.over {
@@ -130,13 +134,13 @@ func parseJobStatus(b []byte) (jobStatus, bool) {
 	n, nerr := strconv.Atoi(rest)
 	switch {
 	case word == "exit" && nerr == nil:
-		return jobStatus{code: n}, true
+		return jobStatus{Code: n}, true
 	case word == "signal" && nerr == nil:
-		return jobStatus{code: 128 + n}, true
+		return jobStatus{Code: 128 + n}, true
 	case word == "notfound":
-		return jobStatus{code: exitNotFound, err: errors.New(rest)}, true
+		return jobStatus{Code: exitNotFound, Err: errors.New(rest)}, true
 	case word == "cannotrun":
-		return jobStatus{code: exitCannotRun, err: errors.New(rest)}, true
+		return jobStatus{Code: exitCannotRun, Err: errors.New(rest)}, true
 	}
 	return jobStatus{}, false
 }

@@ -48,6 +48,9 @@ type Knobs struct {
 	LeaseIgnoresLoss bool
 	// KeepAliveNeverExtends makes a Lease never send an extension.
 	KeepAliveNeverExtends bool
+	// ExecIgnoresLoss makes `redlock exec`'s supervision (execjob.Supervise)
+	// leave its job running when the lock is lost.
+	ExecIgnoresLoss bool
 }
 
 // Quorum returns the number of votes a Client of n nodes needs, given the
@@ -79,6 +82,10 @@ func (k *Knobs) IgnoresLoss() bool { return k != nil && k.LeaseIgnoresLoss }
 
 // NeverExtends reports whether a Lease must skip its extensions.
 func (k *Knobs) NeverExtends() bool { return k != nil && k.KeepAliveNeverExtends }
+
+// ExecKeepsJob reports whether execjob.Supervise must not stop its job when
+// the lock is lost.
+func (k *Knobs) ExecKeepsJob() bool { return k != nil && k.ExecIgnoresLoss }
 
 // NewOption returns a redlock.Option (as any, to avoid an import cycle)
 // that makes a Client use k. The root package sets it in an init function;
