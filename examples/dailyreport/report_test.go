@@ -41,13 +41,13 @@ func newCluster(t *testing.T, n int) []*miniredis.Miniredis {
 
 // newPod returns a Redlock client over the nodes with its own connections,
 // as a separate worker process would have.
-func newPod(t *testing.T, ms []*miniredis.Miniredis) *redlock.Client {
+func newPod(t *testing.T, ms []*miniredis.Miniredis, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	urls := make([]string, len(ms))
 	for i, m := range ms {
 		urls[i] = "redis://" + m.Addr()
 	}
-	c, err := redlock.Dial(urls)
+	c, err := redlock.Dial(urls, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -347,7 +347,11 @@ func TestPerformLockedWorkNNeverTwoAtOnce(t *testing.T) {
 		wg                              sync.WaitGroup
 	)
 	for range pods {
-		pod := newPod(t, ms)
+		// A generous per-node timeout: this test is about exclusion, and
+		// on a loaded 2-core machine under the race detector five pods on
+		// five in-process nodes can stall longer than the default 150 ms,
+		// which would fail every vote and leave nothing to check.
+		pod := newPod(t, ms, redlock.WithNodeTimeout(2*time.Second))
 		wg.Go(func() {
 			for range calls {
 				err := dailyreport.PerformLockedWorkN(t.Context(), pod, "acme", func() {
