@@ -29,14 +29,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
-		waits []func()
+		// calls holds the node-call batches of earlier attempts still
+		// running; finished ones are dropped after each attempt, so a long
+		// wait keeps only a few whatever the number of attempts.
+		calls []<-chan struct{}
 		last  *QuorumError
 	)
 	// Before reporting a failure, wait for every node call of every attempt
 	// (each bounded by the per-node timeout): no key of ours may be left.
 	waitAll := func() {
-		for _, w := range waits {
-			w()
+		for _, done := range calls {
+			<-done
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -44,18 +47,20 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			waitAll()
 			return nil, ErrClosed
 		}
-		lock, qerr, wait, err := c.attempt(ctx, key, keys, ttl, cfg)
+		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
 		if err != nil { // the owner generator failed: nothing was sent
 			waitAll()
 			return nil, err
 		}
-		waits = append(waits, wait)
+		calls = appendRunning(calls, started...)
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
 			lock.state = &lockState{}
-			lock.state.track(waitAll)
+			for _, done := range calls {
+				lock.state.track(done)
+			}
 			return lock, nil
 		}
 		last = qerr
@@ -82,6 +87,21 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		last.Cause = err
 	}
 	return nil, last
+}
+
+// appendRunning drops the batches in calls that have ended, then appends
+// more, reusing calls' array.
+func appendRunning(calls []<-chan struct{}, more ...<-chan struct{}) []<-chan struct{} {
+	running := calls[:0]
+	for _, done := range calls {
+		select {
+		case <-done:
+		default:
+			running = append(running, done)
+		}
+	}
+	clear(calls[len(running):]) // let the ended ones be collected
+	return append(running, more...)
 }
 
 // attempt states, read by late replies to know what they still need.
@@ -213,9 +233,10 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 }
 
 // attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and a function that waits for every node call it started; err
-// is set (and nothing sent) only when the owner generator failed.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, func(), error) {
+// it failed, and the done channels of the votes it started (each closed once
+// that vote's node calls have all ended); err is set (and nothing sent) only
+// when the owner generator failed.
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, []<-chan struct{}, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
 		err = errors.New("empty owner value")
@@ -235,8 +256,8 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.seed, a.seedNext = seedProposal(time.Now())
 
 	start := time.Now()
-	acq, waitAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
-	waits := []func(){waitAcq}
+	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
+	started := []<-chan struct{}{doneAcq}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -247,8 +268,8 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok && cfg.fencing {
 		token = grants.token()
 		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, wait := a.writeBack(ctx, grants, token)
-			waits = append(waits, wait)
+			fence, done := a.writeBack(ctx, grants, token)
+			started = append(started, done)
 			if fence.granted < c.quorum {
 				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
 			}
@@ -263,11 +284,6 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	}
 	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(start), validity, ttl, cause)
 
-	waitAll := func() {
-		for _, w := range waits {
-			w()
-		}
-	}
 	if ok {
 		a.decide(succeeded, token)
 		a.finishGrants(grants, token, wroteBack)
@@ -276,22 +292,22 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
 			nodes: acq.results, released: a.released,
-		}, nil, waitAll, nil
+		}, nil, started, nil
 	}
 
 	// Failed: release on every node, those that refused included.
 	a.decide(failed, 0)
-	_, waitRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		return c.releaseOp(ctx, n, keys, owner)
 	}, nil)
-	waits = append(waits, waitRel)
+	started = append(started, doneRel)
 	if cause == nil {
 		cause = callerEnded(ctx)
 	}
 	return nil, &QuorumError{
 		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
 		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
-	}, waitAll, nil
+	}, started, nil
 }
 
 // countVotes applies the amnesia guard's first-use rule to the vote, logs
@@ -372,7 +388,7 @@ func (g grantSet) allTrusted() bool {
 // below it (vouching for them too where their epoch is not trusted), and
 // decides at a majority of nodes whose counter is at least the token while
 // our key is on them: the grants that returned the token count at once.
-func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (*tally, func()) {
+func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (*tally, <-chan struct{}) {
 	need := make(map[*node]int, len(g.idx)) // node → index, for the grants
 	for _, i := range g.idx {
 		need[a.c.nodes[i]] = i
