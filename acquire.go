@@ -126,6 +126,7 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	call       *scriptCall   // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -135,15 +136,7 @@ type acquisition struct {
 
 // grant runs the acquire script on one node.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	qMs := "-1" // guard off
-	if a.quarantine > 0 {
-		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
-	}
-	fence := "0"
-	if a.cfg.fencing {
-		fence = "1"
-	}
-	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed, a.seedNext).Int64Slice()
+	res, err := a.call.run(ctx, n).Int64Slice()
 	if err != nil {
 		return reply{err: err}
 	}
@@ -254,6 +247,15 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		a.quarantine = max(cfg.quarantine, ttl)
 	}
 	a.seed, a.seedNext = seedProposal(time.Now())
+	qMs := "-1" // guard off
+	if a.quarantine > 0 {
+		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
+	}
+	fence := "0"
+	if cfg.fencing {
+		fence = "1"
+	}
+	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
 
 	start := time.Now()
 	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
@@ -297,8 +299,10 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 
 	// Failed: release on every node, those that refused included.
 	a.decide(failed, 0)
+	rel := newScriptCall(releaseScript, keys[:1], owner)
 	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		return c.releaseOp(ctx, n, keys, owner)
+		code, err := rel.run(ctx, n).Int64()
+		return reply{code: code, err: err}
 	}, nil)
 	started = append(started, doneRel)
 	if cause == nil {

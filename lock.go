@@ -241,12 +241,13 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.released != nil {
 		l.released.Store(true)
 	}
+	call := newScriptCall(releaseScript, l.keys[:1], l.owner)
+	if l.vouch {
+		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
+	}
 	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		if l.vouch {
-			code, err := releaseVouchScript.Run(ctx, n.client, l.keys, l.owner, strconv.FormatUint(l.token, 10)).Int64()
-			return reply{code: code, err: err}
-		}
-		return c.releaseOp(ctx, n, l.keys, l.owner)
+		code, err := call.run(ctx, n).Int64()
+		return reply{code: code, err: err}
 	}, nil)
 	<-done
 	deleted, notOurs := t.granted, 0
@@ -323,9 +324,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, qe
 	}
-	ttlMs, retMs := strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg)
+	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
 	t, done := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		code, err := extendScript.Run(ctx, n.client, l.keys, l.owner, ttlMs, retMs).Int64()
+		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
 	l.state.track(done) // stragglers: Release waits for them

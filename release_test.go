@@ -303,3 +303,30 @@ func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
 		assert.False(t, c.nodes[2].Has("job"), "the late grant was undone")
 	})
 }
+
+// A node that does not have the scripts cached (fresh, restarted, or its
+// cache flushed) answers EVALSHA with NOSCRIPT; each call then falls back to
+// EVAL with the script's source, on every operation.
+func TestScripts_RunOnNodesWithoutThemCached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		for round := range 2 {
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+			require.NoError(t, err, "round %d", round)
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			l, err = l.Extend(ctx, ttl10s)
+			require.NoError(t, err, "round %d", round)
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			require.NoError(t, l.Release(ctx), "round %d", round)
+			c.requireNoKey(t, "report")
+		}
+	})
+}
