@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -328,5 +329,44 @@ func TestScripts_RunOnNodesWithoutThemCached(t *testing.T) {
 			require.NoError(t, l.Release(ctx), "round %d", round)
 			c.requireNoKey(t, "report")
 		}
+	})
+}
+
+// rewriteHook rewrites every command's arguments in place, as a user's
+// go-redis hook may (here with the same values): each node's command must
+// have arguments of its own.
+type rewriteHook struct{}
+
+func (rewriteHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (rewriteHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (rewriteHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		for i, v := range args {
+			args[i] = v
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Run with -race: a command's arguments shared by the nodes of a vote would
+// be a data race as soon as a hook writes them.
+func TestScripts_HooksMayRewriteArguments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		for _, nd := range c.nodes {
+			nd.rc.AddHook(rewriteHook{})
+		}
+		for range 3 {
+			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+			require.NoError(t, err)
+			l, err = l.Extend(ctx, ttl10s)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
+		c.requireNoKey(t, "report")
 	})
 }

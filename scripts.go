@@ -2,18 +2,21 @@ package redlock
 
 import (
 	"context"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // scriptCall is one script call whose command is built once and sent to
 // every node of a vote: EVALSHA, the script's hash, the keys and the
-// arguments, boxed once instead of once per node.
+// arguments, boxed once instead of once per node. Each node gets its own copy
+// of the argument slice: a go-redis hook may rewrite a command's arguments
+// in place.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
-	cmd    []any // "evalsha", hash, len(keys), keys..., args...; only read
+	cmd    []any // "evalsha", hash, len(keys), keys..., args...; never handed out
 }
 
 func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
@@ -39,7 +42,7 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 	if !ok {
 		return sc.script.Run(ctx, n.client, sc.keys, sc.args...)
 	}
-	cmd := redis.NewCmd(ctx, sc.cmd...)
+	cmd := redis.NewCmd(ctx, slices.Clone(sc.cmd)...)
 	if len(sc.keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
