@@ -126,7 +126,11 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
-	call       *scriptCall   // the acquire script's command, the same for every node
+	// replied[i] is closed once node i's acquire call has returned: its
+	// SET has run, or the call failed. Release sends node i its delete only
+	// then, so a delete never overtakes its own SET.
+	replied []chan struct{}
+	call    *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -189,17 +193,21 @@ func (a *acquisition) decide(st int32, token uint64) {
 	}()
 }
 
-// settle finishes a late grant on its node. After a failure or a release
-// the key is deleted (the SET ran before this reply, the deletes may have
-// run before the SET). After a success the node gets what the granting nodes
+// settle finishes a late grant on its node. After a failure the key is
+// deleted (the SET ran before this reply, the clean-up's delete may have run
+// before the SET). After a release nothing is left to do: Release sends this
+// node its delete only once this reply has arrived (Lock.replied). After a success the node gets what the granting nodes
 // got: the token written back if its counter is below it, and, with the
 // guard on, the holder's vouching if its epoch is not trusted (however late
 // the grant, it holds this holder's key, so it has forgotten nothing that
 // still matters; docs/fencing.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
-	if st == failed || a.released.Load() {
+	if st == failed {
 		a.c.releaseNode(a.ctx, n, a.keys[:1], a.owner, a.timeout)
+		return
+	}
+	if a.released.Load() {
 		return
 	}
 	lift := a.cfg.fencing && r.counter < token
@@ -258,7 +266,14 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
 
 	start := time.Now()
-	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
+	a.replied = make([]chan struct{}, len(c.nodes))
+	for i := range a.replied {
+		a.replied[i] = make(chan struct{})
+	}
+	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		defer close(a.replied[n.idx])
+		return a.grant(ctx, n)
+	}, a.late)
 	started := []<-chan struct{}{doneAcq}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
@@ -293,7 +308,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released,
+			nodes: acq.results, released: a.released, replied: a.replied,
 		}, nil, started, nil
 	}
 

@@ -34,9 +34,12 @@ type Lock struct {
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
 	// released is set before Release sends its deletes, and shared by the
-	// handles Extend derives: a node whose grant arrives after that (a
-	// straggler of the acquisition) is released by the late-reply path.
+	// handles Extend derives: a grant that arrives after that (a straggler
+	// of the acquisition) needs no write-back any more.
 	released *atomic.Bool
+	// replied[i] is closed once node i's acquire call has returned (see
+	// acquisition.replied); nil for none to wait for.
+	replied []chan struct{}
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles.
 	state *lockState
@@ -246,6 +249,24 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
 	}
 	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		// A node's delete follows that node's own acquire call, never
+		// overtakes its SET: go-redis's connection pool does not keep the
+		// order of commands to one node (docs/performance.md).
+		if l.replied != nil {
+			select {
+			case <-l.replied[n.idx]:
+			case <-ctx.Done():
+				// The acquire call outlived this vote (a node client that
+				// ignores its context): delete once it has returned.
+				untrack := c.track()
+				go func() {
+					defer untrack()
+					<-l.replied[n.idx]
+					c.releaseNode(context.WithoutCancel(ctx), n, l.keys, l.owner, l.cfg.timeoutFor(l.ttl))
+				}()
+				return reply{err: ctx.Err()}
+			}
+		}
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -368,5 +369,33 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 			require.NoError(t, l.Release(ctx))
 		}
 		c.requireNoKey(t, "report")
+	})
+}
+
+// A straggler of the acquisition (its grant still on its way when Release
+// starts) gets exactly one delete, sent after its grant: go-redis's pool
+// does not keep the order of one node's commands, so a delete sent earlier
+// could run before the SET and leave the key behind.
+func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		c.warmUp(t)
+		var deletes atomic.Int64
+		c.nodes[4].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			if isScript("release", cmd, args) {
+				deletes.Add(1)
+				return false // the release itself is not delayed
+			}
+			return isScript("acquire", cmd, args)
+		})
+		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		assert.Equal(t, redlock.OutcomePending, l.Nodes()[4].Outcome, "node 4 is a straggler")
+		require.NoError(t, l.Release(ctx))
+		for i, nd := range c.nodes {
+			assert.False(t, nd.Has("report"), "node %d still holds the key after Release", i)
+		}
+		assert.Equal(t, int64(1), deletes.Load(), "one delete for the straggler, after its grant")
 	})
 }
