@@ -29,14 +29,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
-		waits []func()
+		// calls holds the node-call batches of earlier attempts still
+		// running; finished ones are dropped after each attempt, so a long
+		// wait keeps only a few whatever the number of attempts.
+		calls []<-chan struct{}
 		last  *QuorumError
 	)
 	// Before reporting a failure, wait for every node call of every attempt
 	// (each bounded by the per-node timeout): no key of ours may be left.
 	waitAll := func() {
-		for _, w := range waits {
-			w()
+		for _, done := range calls {
+			<-done
 		}
 	}
 	for attempt := 1; ; attempt++ {
@@ -44,18 +47,20 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			waitAll()
 			return nil, ErrClosed
 		}
-		lock, qerr, wait, err := c.attempt(ctx, key, keys, ttl, cfg)
+		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
 		if err != nil { // the owner generator failed: nothing was sent
 			waitAll()
 			return nil, err
 		}
-		waits = append(waits, wait)
+		calls = appendRunning(calls, started...)
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
 			lock.state = &lockState{}
-			lock.state.track(waitAll)
+			for _, done := range calls {
+				lock.state.track(done)
+			}
 			return lock, nil
 		}
 		last = qerr
@@ -84,6 +89,21 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	return nil, last
 }
 
+// appendRunning drops the batches in calls that have ended, then appends
+// more, reusing calls' array.
+func appendRunning(calls []<-chan struct{}, more ...<-chan struct{}) []<-chan struct{} {
+	running := calls[:0]
+	for _, done := range calls {
+		select {
+		case <-done:
+		default:
+			running = append(running, done)
+		}
+	}
+	clear(calls[len(running):]) // let the ended ones be collected
+	return append(running, more...)
+}
+
 // attempt states, read by late replies to know what they still need.
 const (
 	undecided int32 = iota
@@ -106,6 +126,11 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	// replied[i] is closed once node i's acquire call has returned: its
+	// SET has run, or the call failed. Release sends node i its delete only
+	// then, so a delete never overtakes its own SET.
+	replied []chan struct{}
+	call    *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -115,15 +140,7 @@ type acquisition struct {
 
 // grant runs the acquire script on one node.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	qMs := "-1" // guard off
-	if a.quarantine > 0 {
-		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
-	}
-	fence := "0"
-	if a.cfg.fencing {
-		fence = "1"
-	}
-	res, err := acquireScript.Run(ctx, n.client, a.keys, a.owner, a.ttlMs, qMs, retentionMs(a.cfg), fence, a.seed, a.seedNext).Int64Slice()
+	res, err := a.call.run(ctx, n).Int64Slice()
 	if err != nil {
 		return reply{err: err}
 	}
@@ -176,17 +193,21 @@ func (a *acquisition) decide(st int32, token uint64) {
 	}()
 }
 
-// settle finishes a late grant on its node. After a failure or a release
-// the key is deleted (the SET ran before this reply, the deletes may have
-// run before the SET). After a success the node gets what the granting nodes
+// settle finishes a late grant on its node. After a failure the key is
+// deleted (the SET ran before this reply, the clean-up's delete may have run
+// before the SET). After a release nothing is left to do: Release sends this
+// node its delete only once this reply has arrived (Lock.replied). After a success the node gets what the granting nodes
 // got: the token written back if its counter is below it, and, with the
 // guard on, the holder's vouching if its epoch is not trusted (however late
 // the grant, it holds this holder's key, so it has forgotten nothing that
 // still matters; docs/fencing.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
-	if st == failed || a.released.Load() {
+	if st == failed {
 		a.c.releaseNode(a.ctx, n, a.keys[:1], a.owner, a.timeout)
+		return
+	}
+	if a.released.Load() {
 		return
 	}
 	lift := a.cfg.fencing && r.counter < token
@@ -213,9 +234,10 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 }
 
 // attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and a function that waits for every node call it started; err
-// is set (and nothing sent) only when the owner generator failed.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, func(), error) {
+// it failed, and the done channels of the votes it started (each closed once
+// that vote's node calls have all ended); err is set (and nothing sent) only
+// when the owner generator failed.
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, []<-chan struct{}, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
 		err = errors.New("empty owner value")
@@ -233,10 +255,26 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		a.quarantine = max(cfg.quarantine, ttl)
 	}
 	a.seed, a.seedNext = seedProposal(time.Now())
+	qMs := "-1" // guard off
+	if a.quarantine > 0 {
+		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
+	}
+	fence := "0"
+	if cfg.fencing {
+		fence = "1"
+	}
+	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
 
 	start := time.Now()
-	acq, waitAcq := c.vote(ctx, a.timeout, c.quorum, false, a.grant, a.late)
-	waits := []func(){waitAcq}
+	a.replied = make([]chan struct{}, len(c.nodes))
+	for i := range a.replied {
+		a.replied[i] = make(chan struct{})
+	}
+	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		defer close(a.replied[n.idx])
+		return a.grant(ctx, n)
+	}, a.late)
+	started := []<-chan struct{}{doneAcq}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -247,8 +285,8 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok && cfg.fencing {
 		token = grants.token()
 		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, wait := a.writeBack(ctx, grants, token)
-			waits = append(waits, wait)
+			fence, done := a.writeBack(ctx, grants, token)
+			started = append(started, done)
 			if fence.granted < c.quorum {
 				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
 			}
@@ -263,11 +301,6 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	}
 	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(start), validity, ttl, cause)
 
-	waitAll := func() {
-		for _, w := range waits {
-			w()
-		}
-	}
 	if ok {
 		a.decide(succeeded, token)
 		a.finishGrants(grants, token, wroteBack)
@@ -275,23 +308,25 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released,
-		}, nil, waitAll, nil
+			nodes: acq.results, released: a.released, replied: a.replied,
+		}, nil, started, nil
 	}
 
 	// Failed: release on every node, those that refused included.
 	a.decide(failed, 0)
-	_, waitRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		return c.releaseOp(ctx, n, keys, owner)
+	rel := newScriptCall(releaseScript, keys[:1], owner)
+	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		code, err := rel.run(ctx, n).Int64()
+		return reply{code: code, err: err}
 	}, nil)
-	waits = append(waits, waitRel)
+	started = append(started, doneRel)
 	if cause == nil {
 		cause = callerEnded(ctx)
 	}
 	return nil, &QuorumError{
 		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
 		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
-	}, waitAll, nil
+	}, started, nil
 }
 
 // countVotes applies the amnesia guard's first-use rule to the vote, logs
@@ -372,7 +407,7 @@ func (g grantSet) allTrusted() bool {
 // below it (vouching for them too where their epoch is not trusted), and
 // decides at a majority of nodes whose counter is at least the token while
 // our key is on them: the grants that returned the token count at once.
-func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (*tally, func()) {
+func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (*tally, <-chan struct{}) {
 	need := make(map[*node]int, len(g.idx)) // node → index, for the grants
 	for _, i := range g.idx {
 		need[a.c.nodes[i]] = i

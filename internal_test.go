@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"syscall"
@@ -111,5 +112,33 @@ func TestCheckKeyName(t *testing.T) {
 	}
 	for _, bad := range []string{"a}b", "lock:{}", "lock:{unterminated", "}{"} {
 		assert.ErrorIs(t, checkKeyName(bad), ErrInvalidArgument, bad)
+	}
+}
+
+// observerFunc is an Observer from a function.
+type observerFunc func(Event)
+
+func (f observerFunc) Observe(ev Event) { f(ev) }
+
+// An Event is built only when an Observer is set or the logger would log
+// it; with the defaults (no Observer, a discarding logger) never.
+func TestWantsEvent(t *testing.T) {
+	ctx := context.Background()
+	ops := []struct {
+		op string
+		ok bool
+	}{{OpAcquire, true}, {OpAcquire, false}, {OpExtend, true}, {OpExtend, false}, {OpRelease, true}, {OpRelease, false}}
+	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for _, o := range ops {
+		cfg := defaultConfig()
+		assert.False(t, cfg.wantsEvent(ctx, o.op, o.ok), "defaults: %s ok=%v", o.op, o.ok)
+		cfg.logger = info // warn-level Events only: failed extensions and releases
+		assert.Equal(t, !o.ok && o.op != OpAcquire, cfg.wantsEvent(ctx, o.op, o.ok), "info logger: %s ok=%v", o.op, o.ok)
+		cfg.logger = debug
+		assert.True(t, cfg.wantsEvent(ctx, o.op, o.ok), "debug logger: %s ok=%v", o.op, o.ok)
+		cfg = defaultConfig()
+		cfg.observer = observerFunc(func(Event) {})
+		assert.True(t, cfg.wantsEvent(ctx, o.op, o.ok), "observer: %s ok=%v", o.op, o.ok)
 	}
 }

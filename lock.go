@@ -34,9 +34,12 @@ type Lock struct {
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
 	// released is set before Release sends its deletes, and shared by the
-	// handles Extend derives: a node whose grant arrives after that (a
-	// straggler of the acquisition) is released by the late-reply path.
+	// handles Extend derives: a grant that arrives after that (a straggler
+	// of the acquisition) needs no write-back any more.
 	released *atomic.Bool
+	// replied[i] is closed once node i's acquire call has returned (see
+	// acquisition.replied); nil for none to wait for.
+	replied []chan struct{}
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles.
 	state *lockState
@@ -57,10 +60,10 @@ type lockState struct {
 
 // track counts a batch of node calls that outlived the operation that
 // started them (the stragglers of the acquisition, of an extension), until
-// wait returns. Release waits for them (waitCalls), so that a lock's node
+// done is closed. Release waits for them (waitCalls), so that a lock's node
 // calls have all ended when its Release returns. Each batch is bounded by the
 // per-node timeout.
-func (s *lockState) track(wait func()) {
+func (s *lockState) track(done <-chan struct{}) {
 	s.mu.Lock()
 	if s.calls == 0 {
 		s.idle = make(chan struct{})
@@ -68,7 +71,7 @@ func (s *lockState) track(wait func()) {
 	s.calls++
 	s.mu.Unlock()
 	go func() {
-		wait()
+		<-done
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.calls--; s.calls == 0 {
@@ -241,14 +244,33 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.released != nil {
 		l.released.Store(true)
 	}
-	t, wait := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
-		if l.vouch {
-			code, err := releaseVouchScript.Run(ctx, n.client, l.keys, l.owner, strconv.FormatUint(l.token, 10)).Int64()
-			return reply{code: code, err: err}
+	call := newScriptCall(releaseScript, l.keys[:1], l.owner)
+	if l.vouch {
+		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
+	}
+	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		// A node's delete follows that node's own acquire call, never
+		// overtakes its SET: go-redis's connection pool does not keep the
+		// order of commands to one node (docs/performance.md).
+		if l.replied != nil {
+			select {
+			case <-l.replied[n.idx]:
+			case <-ctx.Done():
+				// The acquire call outlived this vote (a node client that
+				// ignores its context): delete once it has returned.
+				untrack := c.track()
+				go func() {
+					defer untrack()
+					<-l.replied[n.idx]
+					c.releaseNode(context.WithoutCancel(ctx), n, l.keys, l.owner, l.cfg.timeoutFor(l.ttl))
+				}()
+				return reply{err: ctx.Err()}
+			}
 		}
-		return c.releaseOp(ctx, n, l.keys, l.owner)
+		code, err := call.run(ctx, n).Int64()
+		return reply{code: code, err: err}
 	}, nil)
-	wait()
+	<-done
 	deleted, notOurs := t.granted, 0
 	for _, r := range t.results {
 		if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
@@ -323,12 +345,12 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, qe
 	}
-	ttlMs, retMs := strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg)
-	t, wait := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		code, err := extendScript.Run(ctx, n.client, l.keys, l.owner, ttlMs, retMs).Int64()
+	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
+	t, done := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
-	l.state.track(wait) // stragglers: Release waits for them
+	l.state.track(done) // stragglers: Release waits for them
 	now := time.Now()
 	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {
@@ -376,14 +398,14 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 	if l.cfg.quarantine > 0 {
 		args[3] = "1"
 	}
-	put, wait := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	put, done := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		if !gone[n] {
 			return reply{code: codeNotHeld}
 		}
 		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
 		return reply{code: code, err: err}
 	}, nil)
-	wait()
+	<-done
 	for i, r := range put.results {
 		if gone[c.nodes[i]] && r.Outcome == OutcomeGranted {
 			t.results[i].Outcome = OutcomeGranted

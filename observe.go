@@ -108,15 +108,28 @@ func WithObserver(o Observer) Option {
 	}
 }
 
+// eventLevel is the level an Event is logged at: see observe.
+func eventLevel(op string, ok bool) slog.Level {
+	if !ok && op != OpAcquire {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
+// wantsEvent reports whether an Event of op would reach anyone: an Observer
+// (or Tracer) is set, or the logger is enabled at the Event's level. When
+// not, the Event is not built at all: no copy of the node results, no error
+// value, on every operation of a Client nobody watches.
+func (c config) wantsEvent(ctx context.Context, op string, ok bool) bool {
+	return c.observer != nil || c.logger.Enabled(ctx, eventLevel(op, ok))
+}
+
 // observe logs ev and hands it to the observer. Acquire attempts, successful
 // extensions and releases are logged at debug level (failed acquire attempts
 // are the normal result of contention); failed extensions and releases and
 // lost locks at warn level.
 func (c config) observe(ctx context.Context, ev Event) {
-	level := slog.LevelDebug
-	if !ev.OK && ev.Op != OpAcquire {
-		level = slog.LevelWarn
-	}
+	level := eventLevel(ev.Op, ev.OK)
 	if c.logger.Enabled(ctx, level) {
 		c.logger.LogAttrs(ctx, level, logMessage(ev), eventAttrs(ev)...)
 	}
@@ -202,6 +215,9 @@ func quorumFields(err error) (granted int, nodes []NodeResult) {
 // observeAttempt reports one acquisition attempt. Err is the same
 // *QuorumError the attempt returns when it failed.
 func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok bool, t *tally, elapsed, validity, ttl time.Duration, cause error) {
+	if !cfg.wantsEvent(ctx, OpAcquire, ok) {
+		return
+	}
 	ev := Event{
 		Op: OpAcquire, Key: key, OK: ok, Granted: t.granted, Quorum: c.quorum,
 		Latency: elapsed, Validity: validity, Drift: Drift(ttl, cfg.driftFactor), Nodes: slices.Clone(t.results),
@@ -219,7 +235,7 @@ func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok 
 // round trip for bad arguments or a closed client are not reported; an
 // extension refused because the validity had run out is.
 func (l *Lock) observeOp(ctx context.Context, op string, start time.Time, ttl time.Duration, t *tally, next *Lock, err error) {
-	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) || !l.cfg.wantsEvent(ctx, op, err == nil) {
 		return
 	}
 	ev := Event{Op: op, Key: l.key, OK: err == nil, Quorum: l.client.quorum, Latency: time.Since(start), Err: err}

@@ -109,10 +109,12 @@ type nodeOp func(ctx context.Context, n *node) reply
 // to the per-node timeout (release and clean-up want every node). Replies that arrive after the decision are passed to late, in
 // the goroutine that received them; late may be nil.
 //
-// The returned wait blocks until every node call of this vote has finished
-// (each is bounded by the per-node timeout) and every late callback has run.
-// The client's WaitGroup also tracks them, so Close waits for them too.
-func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, func()) {
+// The returned channel is closed once every node call of this vote has
+// finished (each is bounded by the per-node timeout) and every late callback
+// has run. The client's WaitGroup also tracks them, so Close waits for them
+// too. A channel, not a function: a caller that makes many votes keeps only
+// those not yet done, and nothing of a finished vote stays reachable.
+func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
 	n := len(c.nodes)
 	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n), epochs: make([]int64, n), need: need}
 	for i, nd := range c.nodes {
@@ -151,10 +153,10 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 			return nil
 		})
 	}
-	// One goroutine waits for the node calls; wait only receives from done.
-	// (A sync.OnceFunc shared by two waiters would park the second on a
-	// mutex, which testing/synctest does not count as durably blocked: fake
-	// time would then stop while a node call sleeps on it.)
+	// One goroutine waits for the node calls; waiters only receive from
+	// done. (A sync.OnceFunc shared by two waiters would park the second on
+	// a mutex, which testing/synctest does not count as durably blocked:
+	// fake time would then stop while a node call sleeps on it.)
 	done := make(chan struct{})
 	go func() {
 		defer untrack()
@@ -162,7 +164,6 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		cancel()
 		close(done)
 	}()
-	wait := func() { <-done }
 
 	answered := 0
 	record := func(r reply) {
@@ -240,7 +241,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 			}
 		}
 	}
-	return t, wait
+	return t, done
 }
 
 // callerEnded returns the caller's context error, or DeadlineExceeded once

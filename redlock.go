@@ -56,6 +56,7 @@ import (
 
 // node is one Redis master.
 type node struct {
+	idx    int // its index in Client.nodes
 	name   string
 	client redis.Scripter
 	closer func() error // nil for clients the user owns
@@ -108,7 +109,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if isNil(rc) {
 			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
 		}
-		nodes = append(nodes, &node{name: clientName(rc, i), client: rc})
+		nodes = append(nodes, &node{idx: i, name: clientName(rc, i), client: rc})
 	}
 	c, err := newClient(nodes, opts)
 	if err != nil {
@@ -144,7 +145,7 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		}
 		tuneOptions(o)
 		parsed[i] = o
-		nodes[i] = &node{name: fmt.Sprintf("%s/%d", o.Addr, o.DB)}
+		nodes[i] = &node{idx: i, name: fmt.Sprintf("%s/%d", o.Addr, o.DB)}
 	}
 	// Validate everything before dialing, so bad input leaves nothing open.
 	c, err := newClient(nodes, opts)

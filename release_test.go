@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -301,5 +303,99 @@ func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
 		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Acquire waited for the slow node's call")
 		synctest.Wait()
 		assert.False(t, c.nodes[2].Has("job"), "the late grant was undone")
+	})
+}
+
+// A node that does not have the scripts cached (fresh, restarted, or its
+// cache flushed) answers EVALSHA with NOSCRIPT; each call then falls back to
+// EVAL with the script's source, on every operation.
+func TestScripts_RunOnNodesWithoutThemCached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		for round := range 2 {
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+			require.NoError(t, err, "round %d", round)
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			l, err = l.Extend(ctx, ttl10s)
+			require.NoError(t, err, "round %d", round)
+			for _, nd := range c.nodes {
+				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
+			}
+			require.NoError(t, l.Release(ctx), "round %d", round)
+			c.requireNoKey(t, "report")
+		}
+	})
+}
+
+// rewriteHook rewrites every command's arguments in place, as a user's
+// go-redis hook may (here with the same values): each node's command must
+// have arguments of its own.
+type rewriteHook struct{}
+
+func (rewriteHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (rewriteHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (rewriteHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		for i, v := range args {
+			args[i] = v
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Run with -race: a command's arguments shared by the nodes of a vote would
+// be a data race as soon as a hook writes them.
+func TestScripts_HooksMayRewriteArguments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		for _, nd := range c.nodes {
+			nd.rc.AddHook(rewriteHook{})
+		}
+		for range 3 {
+			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+			require.NoError(t, err)
+			l, err = l.Extend(ctx, ttl10s)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
+		c.requireNoKey(t, "report")
+	})
+}
+
+// A straggler of the acquisition (its grant still on its way when Release
+// starts) gets exactly one delete, sent after its grant: go-redis's pool
+// does not keep the order of one node's commands, so a delete sent earlier
+// could run before the SET and leave the key behind.
+func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		c.warmUp(t)
+		var deletes atomic.Int64
+		c.nodes[4].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			if isScript("release", cmd, args) {
+				deletes.Add(1)
+				return false // the release itself is not delayed
+			}
+			return isScript("acquire", cmd, args)
+		})
+		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		assert.Equal(t, redlock.OutcomePending, l.Nodes()[4].Outcome, "node 4 is a straggler")
+		require.NoError(t, l.Release(ctx))
+		for i, nd := range c.nodes {
+			assert.False(t, nd.Has("report"), "node %d still holds the key after Release", i)
+		}
+		assert.Equal(t, int64(1), deletes.Load(), "one delete for the straggler, after its grant")
 	})
 }

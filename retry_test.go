@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -231,5 +232,54 @@ func TestAcquire_ContextEndsRetries(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, time.Second, time.Since(start), "gives up when the context ends, not later")
 		assert.Greater(t, quorumError(t, err).Attempts, 4)
+	})
+}
+
+// TestAcquire_MemoryBoundedWhateverTheAttempts: one Acquire that fails
+// thousands of times keeps only the node calls still running, not a trace of
+// every attempt, so the live heap stays flat while it waits. The heap is read
+// from attempt 1000 on: until then it still grows once by some 25-40 KB
+// whatever the number of attempts (buffers and timers of go-redis and
+// miniredis reaching their steady state), against ~370 B per attempt when
+// every attempt's wait was kept.
+func TestAcquire_MemoryBoundedWhateverTheAttempts(t *testing.T) {
+	const from, attempts = 1000, 3500
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "report", time.Hour, 0, 1, 2)
+		heap := func() uint64 {
+			// Timers still pending (the per-node deadlines, the connections'
+			// read deadlines) are freed only when they fire: let them.
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			runtime.GC() // twice: sync.Pool caches survive one
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return m.HeapAlloc
+		}
+		var h0, h1 uint64
+		policy := redlock.RetryFunc(func(attempt int) (time.Duration, bool) {
+			switch {
+			case attempt == from:
+				h0 = heap()
+			case attempt == attempts:
+				h1 = heap()
+			}
+			if attempt == attempts {
+				return 0, false
+			}
+			// A pause (fake time) lets each attempt's clean-up end before the
+			// next, so the connection pools do not grow during the run.
+			return time.Millisecond, true
+		})
+		_, err := c.rl.Acquire(context.Background(), "report", ttl10s, redlock.WithRetry(policy))
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		require.Equal(t, attempts, quorumError(t, err).Attempts)
+		growth := int64(h1) - int64(h0)
+		t.Logf("heap growth from attempt %d to %d: %d B", from, attempts, growth)
+		// 16 KB: under -race a reading still wobbles by up to ~8 KB.
+		assert.LessOrEqual(t, growth, int64(16<<10), "the heap grows with the number of attempts")
 	})
 }

@@ -1,6 +1,57 @@
 package redlock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCall is one script call whose command is built once and sent to
+// every node of a vote: EVALSHA, the script's hash, the keys and the
+// arguments, boxed once instead of once per node. Each node gets its own copy
+// of the argument slice: a go-redis hook may rewrite a command's arguments
+// in place.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    []any // "evalsha", hash, len(keys), keys..., args...; never handed out
+}
+
+func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return &scriptCall{script: s, keys: keys, args: args, cmd: append(cmd, args...)}
+}
+
+// processor is the part of a go-redis client that runs a prebuilt command.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run sends the call to one node: EVALSHA with the prebuilt command, then
+// EVAL with the script's source when the node answers NOSCRIPT (as
+// redis.Script.Run does). A node client that cannot run a prebuilt command
+// gets Script.Run.
+func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
+	p, ok := n.client.(processor)
+	if !ok {
+		return sc.script.Run(ctx, n.client, sc.keys, sc.args...)
+	}
+	cmd := redis.NewCmd(ctx, slices.Clone(sc.cmd)...)
+	if len(sc.keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = p.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return sc.script.Eval(ctx, n.client, sc.keys, sc.args...)
+	}
+	return cmd
+}
 
 // The Lua scripts run atomically on each node. Every script that changes a lock
 // first checks the owner value, so a client can only ever touch its own lock
