@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -240,7 +239,9 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, []<-chan struct{}, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
-		err = errors.New("empty owner value")
+		// A generator that returns "" is misconfigured, not unlucky: every
+		// holder would share that value and release each other's locks.
+		return nil, nil, nil, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
 	}
 	if err != nil {
 		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)

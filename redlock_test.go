@@ -251,14 +251,22 @@ func TestAcquire_OwnerGenerator(t *testing.T) {
 		}
 		require.NoError(t, l.Release(ctx))
 
+		// A failing generator is a failed acquisition that wraps its error;
+		// one that returns "" is misconfigured (every holder would share
+		// the value): bad input. Neither sends anything.
 		boom := errors.New("entropy exhausted")
-		for name, g := range map[string]func() (string, error){
-			"error": func() (string, error) { return "", boom },
-			"empty": func() (string, error) { return "", nil },
+		for name, tc := range map[string]struct {
+			gen  func() (string, error)
+			want []error
+		}{
+			"error": {func() (string, error) { return "", boom }, []error{redlock.ErrNotAcquired, boom}},
+			"empty": {func() (string, error) { return "", nil }, []error{redlock.ErrInvalidArgument}},
 		} {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithOwnerGenerator(g))
+			l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithOwnerGenerator(tc.gen))
 			assert.Nil(t, l, name)
-			assert.ErrorIs(t, err, redlock.ErrNotAcquired, name)
+			for _, want := range tc.want {
+				assert.ErrorIs(t, err, want, name)
+			}
 			synctest.Wait()
 			c.requireNoKey(t, "report")
 		}
