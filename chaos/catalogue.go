@@ -143,7 +143,7 @@ func Catalogue() []Scenario {
 		{
 			Name: "slow-node", Summary: "one node answers 1 s late",
 			Expect: Safe, Why: "the vote is decided without waiting for stragglers; late grants are cleaned up",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: DelayReplies, Amount: time.Second}},
 		},
 		{
