@@ -167,9 +167,11 @@ func WithQuarantine(d time.Duration) Option {
 // WithFencing turns fencing tokens on (the default) or off. With fencing on,
 // each grant increments the key's counter on its node in the same atomic
 // step; a second round trip (the token written back to a majority) is needed
-// only when the granting nodes' counters disagree, as on a key's first use
-// or after a node missed grants (docs/fencing.md). Off, Lock.Token is always
-// 0 and no counter is kept.
+// only when the granting nodes' counters disagree: after a node missed
+// grants or re-created its counter, or on a key's first use when a node's
+// clock differs from the client's by more than 25 ms (otherwise every node
+// seeds the new counter with the client's proposed seed; docs/fencing.md).
+// Off, Lock.Token is always 0 and no counter is kept.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on

@@ -143,7 +143,7 @@ func Catalogue() []Scenario {
 		{
 			Name: "slow-node", Summary: "one node answers 1 s late",
 			Expect: Safe, Why: "the vote is decided without waiting for stragglers; late grants are cleaned up",
-			Workload: loop(4), Duration: trialLength, Availability: Available,
+			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: DelayReplies, Amount: time.Second}},
 		},
 		{
@@ -216,7 +216,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "clock-drift-in-budget", Summary: "the overlap of two quorums runs its clock 0.9% fast, just within the 1% drift factor",
-			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock about 3 ms before those nodes free the key; the rival retries every millisecond",
+			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock about 4 ms before those nodes free the key; the rival retries every millisecond",
 			Workload: drifting, Duration: 2 * drifting.TTL, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 1.009}},
 		},

@@ -274,3 +274,44 @@ func TestScenario_RefusedSettingsAreReported(t *testing.T) {
 	}
 	assert.True(t, found, "notes %q name the refusal", res.Notes)
 }
+
+// A scenario that expects acquisitions (Available) must leave a quorum of
+// healthy nodes on every cluster size it runs on: below MinNodes it is
+// skipped, never reported broken. Faults that stay until the trial ends, on
+// every client's connections, take their nodes out of the vote (a reply 1 s
+// late is past any per-node timeout of the catalogue); what is left must
+// still be a majority. slow-node once ran on 2 nodes and reported "broken"
+// (no acquisition), because its one slow node left a single vote of two.
+func TestCatalogue_AvailableScenariosKeepAQuorum(t *testing.T) {
+	for _, s := range Catalogue() {
+		if s.Availability != Available {
+			continue
+		}
+		for n := max(1, s.MinNodes); n <= 7; n++ {
+			quorum := n/2 + 1
+			lost := 0
+			for _, f := range s.Faults {
+				if f.For != 0 || f.On != nil || len(f.Clients) > 0 {
+					continue
+				}
+				switch f.Action {
+				case Kill, Partition, DropRequests, DropReplies, DelayRequests, DelayReplies:
+				default:
+					continue
+				}
+				switch f.Nodes.Pick {
+				case PickRandomMinority:
+					lost += n - quorum
+				case PickRandomMajority:
+					lost += quorum
+				case PickRandom:
+					lost += f.Nodes.Count
+				case PickFixed:
+					lost += len(f.Nodes.Nodes)
+				}
+			}
+			assert.GreaterOrEqual(t, n-min(lost, n), quorum,
+				"%s on %d nodes: its faults leave fewer than a quorum of %d nodes, so it cannot acquire; set MinNodes", s.Name, n, quorum)
+		}
+	}
+}
