@@ -48,17 +48,10 @@ func (j *watchedJob) Done() <-chan execjob.Status { return j.done }
 // acquired.
 func (h *holder) holdExec(ctx context.Context, n int) bool {
 	w := h.w
-	actx, cancel := context.WithTimeout(ctx, h.acquireTimeout)
-	start := time.Now()
-	lock, err := h.c.Acquire(actx, h.key, w.TTL)
-	cancel()
-	latency := time.Since(start)
-	if err != nil {
-		h.failed(ctx, err, latency)
+	lock, hold, ok := h.acquire(ctx, n)
+	if !ok {
 		return false
 	}
-	hold := h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
-	h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
 	bg := context.WithoutCancel(ctx)
 
 	// As in redlock exec, the lease outlives the trial's context: when that

@@ -411,24 +411,38 @@ func (h *holder) pause(ctx context.Context, hold HoldID, token uint64, n int) {
 	}
 }
 
-// holdLock is one hold in ModeAcquire or ModeKeepAlive. It reports whether
-// the lock was acquired.
-func (h *holder) holdLock(ctx context.Context, n int) bool {
-	w := h.w
+// acquire takes the lock for the client's nth hold (bounded by the acquire
+// timeout), records it with the oracle and fires its trigger; ok is false
+// when the lock was not acquired (the failure is recorded).
+func (h *holder) acquire(ctx context.Context, n int) (lock *redlock.Lock, hold HoldID, ok bool) {
 	actx, cancel := context.WithTimeout(ctx, h.acquireTimeout)
 	start := time.Now()
-	lock, err := h.c.Acquire(actx, h.key, w.TTL)
+	lock, err := h.c.Acquire(actx, h.key, h.w.TTL)
 	cancel()
 	latency := time.Since(start)
 	if err != nil {
 		h.failed(ctx, err, latency)
+		return nil, 0, false
+	}
+	hold = h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
+	h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
+	return lock, hold, true
+}
+
+// holdLock is one hold in ModeAcquire or ModeKeepAlive. It reports whether
+// the lock was acquired.
+func (h *holder) holdLock(ctx context.Context, n int) bool {
+	w := h.w
+	lock, hold, ok := h.acquire(ctx, n)
+	if !ok {
 		return false
 	}
-	hold := h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
-	h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
 	h.pause(ctx, hold, lock.Token(), n)
 
-	var lease *redlock.Lease
+	var (
+		lease *redlock.Lease
+		err   error
+	)
 	live := func() bool { return time.Now().Before(lock.ValidUntil()) }
 	if w.mode(h.i) == ModeKeepAlive {
 		if lease, err = lock.KeepAlive(ctx); err != nil {
