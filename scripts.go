@@ -173,6 +173,30 @@ const (
 	epochAged        = 3
 )
 
+// luaLiftAndVouch is what fenceScript and reputScript do once they know the
+// node holds our lock: liftAndVouch(tok, vouch, r) sets the key's counter to
+// max(counter, tok) unless tok is "0", marks the node's epoch for the key
+// trusted (creating it) when vouch is "1", gives both the retention r (ms),
+// and returns 1.
+const luaLiftAndVouch = `
+local function liftAndVouch(tok, vouch, r)
+  if tok ~= '0' then
+    local c = redis.call('GET', KEYS[2])
+    if not c or tonumber(c) < tonumber(tok) then
+      redis.call('SET', KEYS[2], tok, 'KEEPTTL')
+    end
+    redis.call('PEXPIRE', KEYS[2], r)
+  end
+  if vouch == '1' then
+    local t = redis.call('TIME')
+    redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    redis.call('HSET', KEYS[3], 'trusted', '1')
+    redis.call('PEXPIRE', KEYS[3], r)
+  end
+  return 1
+end
+`
+
 // fenceScript is the follow-up write of a successful acquisition on one node,
 // only while the node still holds our lock (ARGV[1] is the owner value):
 // with ARGV[2] other than "0" the counter becomes max(counter, ARGV[2]) (the
@@ -180,27 +204,13 @@ const (
 // (the amnesia guard's vouching), and both get the retention ARGV[4] (ms).
 // The owner check orders the write before any later grant on this node,
 // which is what makes tokens increase across holders; see docs/fencing.md.
-var fenceScript = redis.NewScript(`
+var fenceScript = redis.NewScript(luaLiftAndVouch + `
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then return -1 end
   return 0
 end
-local r = tonumber(ARGV[4])
-if ARGV[2] ~= '0' then
-  local c = redis.call('GET', KEYS[2])
-  if not c or tonumber(c) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
-  end
-  redis.call('PEXPIRE', KEYS[2], r)
-end
-if ARGV[3] == '1' then
-  local t = redis.call('TIME')
-  redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  redis.call('HSET', KEYS[3], 'trusted', '1')
-  redis.call('PEXPIRE', KEYS[3], r)
-end
-return 1
+return liftAndVouch(ARGV[2], ARGV[3], tonumber(ARGV[4]))
 `)
 
 // reputScript puts a held lock back on a node that answered "not held" to an
@@ -210,25 +220,11 @@ return 1
 // fenceScript does for a grant: counter := max(counter, ARGV[3]) unless
 // ARGV[3] is "0", the epoch vouched for by this holder when ARGV[4] = "1",
 // retention ARGV[5] ms. Codes: 1 put back, -1 taken.
-var reputScript = redis.NewScript(`
+var reputScript = redis.NewScript(luaLiftAndVouch + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -1
 end
-local r = tonumber(ARGV[5])
-if ARGV[3] ~= '0' then
-  local c = redis.call('GET', KEYS[2])
-  if not c or tonumber(c) < tonumber(ARGV[3]) then
-    redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
-  end
-  redis.call('PEXPIRE', KEYS[2], r)
-end
-if ARGV[4] == '1' then
-  local t = redis.call('TIME')
-  redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  redis.call('HSET', KEYS[3], 'trusted', '1')
-  redis.call('PEXPIRE', KEYS[3], r)
-end
-return 1
+return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 `)
 
 // releaseScript deletes the lock key if ARGV[1] is its owner value.
