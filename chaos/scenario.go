@@ -744,18 +744,8 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 			label = "paused"
 			inj.oracle.Fault(i, label, now, now.Add(f.Amount))
 			band = false
-		case DelayRequests:
-			node.DelayRequests(f.Amount)
-			label = "requests +" + f.Amount.String()
-		case DelayReplies:
-			node.DelayReplies(f.Amount)
-			label = "replies +" + f.Amount.String()
-		case DropRequests:
-			node.DropRequests(true)
-			label = "requests lost"
-		case DropReplies:
-			node.DropReplies(true)
-			label = "replies lost"
+		case DelayRequests, DelayReplies, DropRequests, DropReplies:
+			label = applyTraffic(node, f)
 		case Partition:
 			node.Partition(true)
 			label = "partitioned"
@@ -808,6 +798,34 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 	return nil
 }
 
+// trafficTarget is what a traffic fault acts on: a node (its proxy, for
+// every client) or one client's own proxy to a node.
+type trafficTarget interface {
+	DelayRequests(time.Duration)
+	DelayReplies(time.Duration)
+	DropRequests(bool)
+	DropReplies(bool)
+}
+
+// applyTraffic applies f, a delay or loss of requests or replies, to t and
+// returns the label of its fault band.
+func applyTraffic(t trafficTarget, f Fault) string {
+	switch f.Action {
+	case DelayRequests:
+		t.DelayRequests(f.Amount)
+		return "requests +" + f.Amount.String()
+	case DelayReplies:
+		t.DelayReplies(f.Amount)
+		return "replies +" + f.Amount.String()
+	case DropRequests:
+		t.DropRequests(true)
+		return "requests lost"
+	default: // DropReplies: callers pass only these four actions
+		t.DropReplies(true)
+		return "replies lost"
+	}
+}
+
 // applyToClients applies a network fault to node i as f.Clients reach it
 // (their own proxies), and schedules its undoing after f.For.
 func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
@@ -819,18 +837,8 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 		p := inj.clientProxies[c][i]
 		var label string
 		switch f.Action {
-		case DelayRequests:
-			p.DelayRequests(f.Amount)
-			label = "requests +" + f.Amount.String()
-		case DelayReplies:
-			p.DelayReplies(f.Amount)
-			label = "replies +" + f.Amount.String()
-		case DropRequests:
-			p.DropRequests(true)
-			label = "requests lost"
-		case DropReplies:
-			p.DropReplies(true)
-			label = "replies lost"
+		case DelayRequests, DelayReplies, DropRequests, DropReplies:
+			label = applyTraffic(p, f)
 		case Partition:
 			p.DropRequests(true)
 			p.DropReplies(true)
