@@ -46,8 +46,8 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 	if len(sc.keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
-	_ = p.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix allocates: ask it only about an error.
+	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return sc.script.Eval(ctx, n.client, sc.keys, sc.args...)
 	}
 	return cmd
