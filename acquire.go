@@ -56,10 +56,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
-			lock.state = &lockState{}
-			for _, done := range calls {
-				lock.state.track(done)
-			}
+			lock.state = &lockState{calls: calls}
 			return lock, nil
 		}
 		last = qerr
