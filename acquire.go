@@ -134,14 +134,28 @@ type acquisition struct {
 	early []reply // late grants received while undecided
 }
 
-// grant runs the acquire script on one node.
+// grant runs the acquire script on one node and reads its reply: -1 taken,
+// the counter alone for a grant with the guard off, else {code, counter,
+// epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	res, err := a.call.run(ctx, n).Int64Slice()
+	v, err := a.call.run(ctx, n).Result()
 	if err != nil {
 		return reply{err: err}
 	}
-	if len(res) != 4 || res[1] < 0 {
-		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
+	if c, ok := v.(int64); ok {
+		if c < 0 {
+			return reply{code: codeTaken}
+		}
+		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
+	}
+	vs, _ := v.([]any)
+	var res [4]int64
+	ok := len(vs) == len(res)
+	for i := 0; ok && i < len(res); i++ {
+		res[i], ok = vs[i].(int64)
+	}
+	if !ok || res[1] < 0 {
+		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
 	}
 	r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
 	if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
@@ -261,7 +275,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if cfg.fencing {
 		fence = "1"
 	}
-	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
+	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
 
 	start := time.Now()
 	a.replied = make([]chan struct{}, len(c.nodes))
@@ -312,7 +326,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 
 	// Failed: release on every node, those that refused included.
 	a.decide(failed, 0)
-	rel := newScriptCall(releaseScript, keys[:1], owner)
+	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
 	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
