@@ -238,6 +238,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.vouch {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
 	}
+	call.forNodes(len(c.nodes))
 	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		// A node's delete follows that node's own acquire call, never
 		// overtakes its SET: go-redis's connection pool does not keep the

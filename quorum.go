@@ -81,7 +81,7 @@ type reply struct {
 type tally struct {
 	results  []NodeResult
 	counters []uint64
-	epochs   []int64
+	epochs   []uint64 // epochTrusted...; uint64 to share the counters' allocation
 	granted  int
 	// fresh counts quarantined grants from nodes that created the key's
 	// epoch just now; others counts every other answer (errors aside).
@@ -116,57 +116,21 @@ type nodeOp func(ctx context.Context, n *node) reply
 // those not yet done, and nothing of a finished vote stays reachable.
 func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
 	n := len(c.nodes)
-	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n), epochs: make([]int64, n), need: need}
+	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{})}
+	t := &b.tally
+	both := make([]uint64, 2*n) // counters and epochs, in one allocation
+	t.results, t.counters, t.epochs, t.need = make([]NodeResult, n), both[:n:n], both[n:], need
 	for i, nd := range c.nodes {
 		t.results[i] = NodeResult{Node: nd.name, Outcome: OutcomePending}
 	}
 
-	var (
-		mu      sync.Mutex
-		decided bool
-		replies = make(chan reply, n)
-	)
-	// deliver hands a reply to the decision loop, or to late once the vote
-	// is decided; the mutex makes the hand-over exact.
-	deliver := func(r reply) {
-		mu.Lock()
-		if !decided {
-			replies <- r
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		if late != nil {
-			late(r)
-		}
-	}
-
 	// One goroutine per node call and no other: the last call to finish
-	// ends the vote's context and closes done. (No waiter goroutine: each
-	// extra goroutine costs its start-up, and tiny parked ones lower the
-	// runtime's estimate of how large a new goroutine's stack must be, so
-	// the node calls grow theirs, copying, on every vote; docs/performance.md.)
-	nodeCtx, cancel := context.WithTimeout(ctx, timeout)
-	untrack := c.track()
-	done := make(chan struct{})
-	finish := func() {
-		cancel()
-		close(done)
-		untrack()
-	}
-	var running atomic.Int32
-	running.Store(int32(n))
+	// ends the vote's context and closes done (no waiter goroutine).
+	b.ctx, b.cancel = context.WithTimeout(ctx, timeout)
+	b.untrack = c.track()
+	b.running.Store(int32(n))
 	for i, nd := range c.nodes {
-		go func() {
-			growStack()
-			start := time.Now()
-			r := op(nodeCtx, nd)
-			r.idx, r.latency = i, time.Since(start)
-			deliver(r)
-			if running.Add(-1) == 0 {
-				finish()
-			}
-		}()
+		go b.call(i, nd, op)
 	}
 
 	answered := 0
@@ -181,7 +145,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 				res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
 			}
 		}
-		t.counters[r.idx], t.epochs[r.idx] = r.counter, r.epoch
+		t.counters[r.idx], t.epochs[r.idx] = r.counter, uint64(r.epoch)
 		switch res.Outcome {
 		case OutcomeGranted:
 			t.granted++
@@ -216,21 +180,21 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 	byClock := false
 	for !byClock && !decide() {
 		select {
-		case r := <-replies:
+		case r := <-b.replies:
 			record(r)
-		case <-nodeCtx.Done():
+		case <-b.ctx.Done():
 			byClock = true
 		}
 	}
 
-	mu.Lock()
-	decided = true
+	b.mu.Lock()
+	b.decided = true
 	// Replies queued before the decision still count: a node that answered
 	// in time must not be reported as timed out.
-	for len(replies) > 0 {
-		record(<-replies)
+	for len(b.replies) > 0 {
+		record(<-b.replies)
 	}
-	mu.Unlock()
+	b.mu.Unlock()
 
 	if byClock {
 		// Decided by the clock or the caller: whoever has not answered is
@@ -245,7 +209,54 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 			}
 		}
 	}
-	return t, done
+	return t, b.done
+}
+
+// ballot is the state one vote shares with its node calls, in one
+// allocation: the tally the decision loop fills, and the hand-over of
+// replies to it (or to late, once decided).
+type ballot struct {
+	tally
+	mu      sync.Mutex
+	decided bool
+	replies chan reply
+	late    func(reply)
+
+	ctx     context.Context // the node calls' context: per-node timeout
+	cancel  context.CancelFunc
+	untrack func()
+	done    chan struct{}
+	running atomic.Int32 // node calls not finished yet
+}
+
+// call runs op on node i and delivers its reply; the last call to finish
+// ends the vote's context, closes done, and lets Close go.
+func (b *ballot) call(i int, nd *node, op nodeOp) {
+	growStack()
+	start := time.Now()
+	r := op(b.ctx, nd)
+	r.idx, r.latency = i, time.Since(start)
+	b.deliver(r)
+	if b.running.Add(-1) == 0 {
+		b.cancel()
+		close(b.done)
+		b.untrack()
+	}
+}
+
+// deliver hands a reply to the decision loop, or to late once the vote is
+// decided; the mutex makes the hand-over exact.
+func (b *ballot) deliver(r reply) {
+	b.mu.Lock()
+	if !b.decided {
+		b.replies <- r
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	if b.late != nil {
+		b.late(r)
+	}
 }
 
 // callerEnded returns the caller's context error, or DeadlineExceeded once
