@@ -46,20 +46,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			waitAll()
 			return nil, ErrClosed
 		}
-		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
+		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg, appendRunning(calls))
+		calls = started
 		if err != nil { // the owner generator failed: nothing was sent
 			waitAll()
 			return nil, err
 		}
-		calls = appendRunning(calls, started...)
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, still run: the lock's Release waits for them.
 			lock.attempts = attempt
-			lock.state = &lockState{}
-			for _, done := range calls {
-				lock.state.track(done)
-			}
+			lock.state = &lockState{calls: calls}
 			return lock, nil
 		}
 		last = qerr
@@ -116,7 +113,7 @@ const (
 type acquisition struct {
 	c          *Client
 	cfg        config
-	ctx        context.Context // the caller's values, without its cancellation
+	ctx        context.Context // the caller's: pass on only its values (context.WithoutCancel), made where needed
 	keys       []string
 	owner      string
 	ttlMs      string
@@ -137,14 +134,28 @@ type acquisition struct {
 	early []reply // late grants received while undecided
 }
 
-// grant runs the acquire script on one node.
+// grant runs the acquire script on one node and reads its reply: -1 taken,
+// the counter alone for a grant with the guard off, else {code, counter,
+// epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	res, err := a.call.run(ctx, n).Int64Slice()
+	v, err := a.call.run(ctx, n).Result()
 	if err != nil {
 		return reply{err: err}
 	}
-	if len(res) != 4 || res[1] < 0 {
-		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
+	if c, ok := v.(int64); ok {
+		if c < 0 {
+			return reply{code: codeTaken}
+		}
+		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
+	}
+	vs, _ := v.([]any)
+	var res [4]int64
+	ok := len(vs) == len(res)
+	for i := 0; ok && i < len(res); i++ {
+		res[i], ok = vs[i].(int64)
+	}
+	if !ok || res[1] < 0 {
+		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
 	}
 	r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
 	if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
@@ -203,7 +214,7 @@ func (a *acquisition) decide(st int32, token uint64) {
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
-		a.c.releaseNode(a.ctx, n, a.keys[:1], a.owner, a.timeout)
+		a.c.releaseNode(context.WithoutCancel(a.ctx), n, a.keys[:1], a.owner, a.timeout)
 		return
 	}
 	if a.released.Load() {
@@ -212,7 +223,7 @@ func (a *acquisition) settle(r reply, st int32, token uint64) {
 	lift := a.cfg.fencing && r.counter < token
 	vouch := a.quarantine > 0 && r.epoch != epochTrusted
 	if lift || vouch {
-		ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 		defer cancel()
 		a.followUp(ctx, n, token, lift, vouch)
 	}
@@ -233,22 +244,23 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 }
 
 // attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and the done channels of the votes it started (each closed once
+// it failed, and calls (the done channels of earlier attempts' votes still
+// running) with those of the votes it started appended (each closed once
 // that vote's node calls have all ended); err is set (and nothing sent) only
 // when the owner generator failed.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, []<-chan struct{}, error) {
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config, calls []<-chan struct{}) (*Lock, *QuorumError, []<-chan struct{}, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
 		// A generator that returns "" is misconfigured, not unlucky: every
 		// holder would share that value and release each other's locks.
-		return nil, nil, nil, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
+		return nil, nil, calls, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
 	}
 	if err != nil {
 		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
-		return nil, nil, nil, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+		return nil, nil, calls, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
 	}
 	a := &acquisition{
-		c: c, cfg: cfg, ctx: context.WithoutCancel(ctx), keys: keys, owner: owner,
+		c: c, cfg: cfg, ctx: ctx, keys: keys, owner: owner,
 		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
 		released: new(atomic.Bool),
 	}
@@ -264,7 +276,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if cfg.fencing {
 		fence = "1"
 	}
-	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
+	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
 
 	start := time.Now()
 	a.replied = make([]chan struct{}, len(c.nodes))
@@ -275,7 +287,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		defer close(a.replied[n.idx])
 		return a.grant(ctx, n)
 	}, a.late)
-	started := []<-chan struct{}{doneAcq}
+	started := append(calls, doneAcq)
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -315,8 +327,8 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 
 	// Failed: release on every node, those that refused included.
 	a.decide(failed, 0)
-	rel := newScriptCall(releaseScript, keys[:1], owner)
-	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
+	_, doneRel := c.vote(context.WithoutCancel(ctx), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
@@ -344,7 +356,7 @@ func (a *acquisition) countVotes(key string, acq *tally) grantSet {
 			}
 		}
 	}
-	g := grantSet{t: acq}
+	g := grantSet{t: acq, idx: make([]int, 0, len(acq.results))}
 	for i, r := range acq.results {
 		switch r.Outcome {
 		case OutcomeQuarantined:
@@ -466,7 +478,7 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 			defer cancel()
 			a.followUp(ctx, j.n, token, j.lift, j.vouch)
 		})

@@ -6,6 +6,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,41 +54,30 @@ type lockState struct {
 	ended atomic.Bool
 
 	mu    sync.Mutex
-	lease *Lease        // the Lease keeping the lock alive; nil if none
-	calls int           // batches of node calls still running (track)
-	idle  chan struct{} // closed when calls drops to zero; nil while it is zero
+	lease *Lease            // the Lease keeping the lock alive; nil if none
+	calls []<-chan struct{} // batches of node calls that may still run (track)
 }
 
-// track counts a batch of node calls that outlived the operation that
+// track records a batch of node calls that outlived the operation that
 // started them (the stragglers of the acquisition, of an extension), until
 // done is closed. Release waits for them (waitCalls), so that a lock's node
 // calls have all ended when its Release returns. Each batch is bounded by the
-// per-node timeout.
+// per-node timeout. Ended batches are dropped at each call, so a lock kept
+// alive for long holds only the few still running; no goroutine waits for
+// them.
 func (s *lockState) track(done <-chan struct{}) {
 	s.mu.Lock()
-	if s.calls == 0 {
-		s.idle = make(chan struct{})
-	}
-	s.calls++
+	s.calls = appendRunning(s.calls, done)
 	s.mu.Unlock()
-	go func() {
-		<-done
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.calls--; s.calls == 0 {
-			close(s.idle)
-			s.idle = nil
-		}
-	}()
 }
 
 // waitCalls blocks until every batch handed to track has ended.
 func (s *lockState) waitCalls() {
 	s.mu.Lock()
-	idle := s.idle
+	calls := slices.Clone(s.calls)
 	s.mu.Unlock()
-	if idle != nil {
-		<-idle
+	for _, done := range calls {
+		<-done
 	}
 }
 
@@ -248,6 +238,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.vouch {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
 	}
+	call.forNodes(len(c.nodes))
 	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		// A node's delete follows that node's own acquire call, never
 		// overtakes its SET: go-redis's connection pool does not keep the

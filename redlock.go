@@ -375,6 +375,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
 // once when the lock is held elsewhere.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if len(opts) == 0 {
+		return c.Acquire(ctx, key, ttl, tryOnce...) // Acquire does not modify it
+	}
 	// A new slice: appending to opts could write into the caller's array.
-	return c.Acquire(ctx, key, ttl, slices.Concat(opts, []Option{WithRetry(NoRetry())})...)
+	return c.Acquire(ctx, key, ttl, slices.Concat(opts, tryOnce)...)
 }
+
+// tryOnce is TryAcquire's option, made once.
+var tryOnce = []Option{WithRetry(NoRetry())}

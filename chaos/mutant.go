@@ -37,13 +37,14 @@ type Mutant struct {
 // scripts as of this commit: when a script changes, Mutant.Check (run by
 // TestMutants_Apply) fails and these must be updated.
 const (
-	ownerCheck    = "if v == ARGV[1] then"
-	noOwner       = "if v then"
-	setNX         = "ARGV[1], 'NX', 'PX'"
-	incrCounter   = "c = redis.call('INCR', KEYS[2])"
-	returnCounter = "return {1, c, "
-	deleteKey     = "redis.call('DEL', KEYS[1])"
-	readOwner     = "local v = redis.call('GET', KEYS[1])"
+	ownerCheck     = "if v == ARGV[1] then"
+	noOwner        = "if v then"
+	setNX          = "ARGV[1], 'NX', 'PX'"
+	incrCounter    = "c = redis.call('INCR', KEYS[2])"
+	returnCounter  = "return {1, c, "        // a grant with the amnesia guard on
+	returnGuardOff = "return c -- guard off" // a grant with the guard off
+	deleteKey      = "redis.call('DEL', KEYS[1])"
+	readOwner      = "local v = redis.call('GET', KEYS[1])"
 )
 
 // Mutants returns the mutant catalogue, in the order `redlock chaos
@@ -81,7 +82,8 @@ func Mutants() []Mutant {
 			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: incrCounter, New: "c = tonumber(redis.call('GET', KEYS[2]) or '1')"}}},
 		{Name: "token-constant", Summary: "every node reports fencing counter 41, so every token is 41",
 			Scenarios: []string{"no-faults"},
-			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "}}},
+			rewrites: []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "},
+				{Script: "acquire", Old: returnGuardOff, New: "return 41"}}},
 		{Name: "lease-ignores-loss", Summary: "the lock-bound context (Do, KeepAlive) is not cancelled when an extension fails or the validity runs out",
 			Scenarios: []string{"asymmetric-partition"}, knobs: &mutation.Knobs{LeaseIgnoresLoss: true}},
 		{Name: "keepalive-never-extends", Summary: "KeepAlive (and Do) never extends the lock",
