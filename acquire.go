@@ -54,12 +54,10 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		calls = appendRunning(calls, started...)
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, still run: the lock's Release waits for them.
+			// ones, may still run: they end in the background, tracked by
+			// the Client (vote), so Close waits for them.
 			lock.attempts = attempt
 			lock.state = &lockState{}
-			for _, done := range calls {
-				lock.state.track(done)
-			}
 			return lock, nil
 		}
 		last = qerr
@@ -87,6 +85,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	}
 	return nil, last
 }
+
+// errShed is the error of a call not sent to a node because that node
+// already had too many calls of this Client running (node.enter): for the
+// vote, the node did not answer in time.
+var errShed = fmt.Errorf("redlock: not sent: the node has too many calls in flight: %w", context.DeadlineExceeded)
 
 // appendRunning drops the batches in calls that have ended, then appends
 // more, reusing calls' array.
@@ -129,7 +132,11 @@ type acquisition struct {
 	// SET has run, or the call failed. Release sends node i its delete only
 	// then, so a delete never overtakes its own SET.
 	replied []chan struct{}
-	call    *scriptCall // the acquire script's command, the same for every node
+	// unsent[i] is set, before replied[i] is closed, when the acquire
+	// call was not sent to node i because of its backlog (node.enter):
+	// node i then needs no delete. Read it only once replied[i] is closed.
+	unsent []bool
+	call   *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -267,12 +274,18 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
 
 	start := time.Now()
-	a.replied = make([]chan struct{}, len(c.nodes))
+	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
 	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
+		exit, ok := n.enter(true)
+		if !ok {
+			a.unsent[n.idx] = true
+			return reply{err: errShed}
+		}
+		defer exit()
 		return a.grant(ctx, n)
 	}, a.late)
 	started := []<-chan struct{}{doneAcq}
@@ -309,7 +322,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released, replied: a.replied,
+			nodes: acq.results, released: a.released, replied: a.replied, unsent: a.unsent,
 		}, nil, started, nil
 	}
 
@@ -317,6 +330,15 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner)
 	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		select {
+		case <-a.replied[n.idx]:
+			if a.unsent[n.idx] {
+				return reply{err: errShed} // nothing was sent: nothing to delete
+			}
+		default:
+		}
+		exit, _ := n.enter(false)
+		defer exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
