@@ -87,7 +87,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 }
 
 // errShed is the error of a call not sent to a node because that node
-// already had too many calls of this Client running (node.enter): for the
+// already had too many calls of this Client running (Client.enter): for the
 // vote, the node did not answer in time.
 var errShed = fmt.Errorf("redlock: not sent: the node has too many calls in flight: %w", context.DeadlineExceeded)
 
@@ -133,10 +133,14 @@ type acquisition struct {
 	// then, so a delete never overtakes its own SET.
 	replied []chan struct{}
 	// unsent[i] is set, before replied[i] is closed, when the acquire
-	// call was not sent to node i because of its backlog (node.enter):
+	// call was not sent to node i because of its backlog (Client.enter):
 	// node i then needs no delete. Read it only once replied[i] is closed.
 	unsent []bool
-	call   *scriptCall // the acquire script's command, the same for every node
+	// running[i] is 0 while node i's acquire call runs, 1 once it was
+	// counted late (still running when the vote was decided: node.late),
+	// 2 once it ended.
+	running []atomic.Int32
+	call    *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -275,12 +279,18 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 
 	start := time.Now()
 	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
+	a.running = make([]atomic.Int32, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
 	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
-		exit, ok := n.enter(true)
+		defer func() {
+			if a.running[n.idx].Swap(2) == 1 {
+				n.late.Add(-1)
+			}
+		}()
+		exit, ok := c.enter(n, true)
 		if !ok {
 			a.unsent[n.idx] = true
 			return reply{err: errShed}
@@ -289,6 +299,11 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		return a.grant(ctx, n)
 	}, a.late)
 	started := []<-chan struct{}{doneAcq}
+	for i, n := range c.nodes {
+		if a.running[i].CompareAndSwap(0, 1) { // a straggler
+			n.late.Add(1)
+		}
+	}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -337,7 +352,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			}
 		default:
 		}
-		exit, _ := n.enter(false)
+		exit, _ := c.enter(n, false)
 		defer exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}

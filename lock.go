@@ -253,8 +253,10 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 				if l.unsent[n.idx] {
 					return reply{err: errShed} // nothing to delete
 				}
-				exit, _ := n.enter(false)
+				exit, _ := c.enter(n, false)
 				defer exit()
+				n.late.Add(1) // it follows a straggler
+				defer n.late.Add(-1)
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 				defer cancel()
 				code, err := call.run(dctx, n).Int64()
@@ -264,7 +266,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 				return reply{err: errShed} // nothing to delete
 			}
 		}
-		exit, _ := n.enter(false)
+		exit, _ := c.enter(n, false)
 		defer exit()
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}

@@ -61,27 +61,28 @@ type node struct {
 	client redis.Scripter
 	closer func() error // nil for clients the user owns
 	// backlog counts this Client's acquire and release calls to the node
-	// still running; an acquisition sends the node nothing while it is at
-	// maxBacklog (0: no limit). See (*node).enter.
-	backlog    atomic.Int32
-	maxBacklog int32
+	// still running; late counts those of them that outlived the vote
+	// they were sent for (stragglers, and the deletes that follow them).
+	// An acquisition may send the node nothing while late is at its
+	// connection pool's size (lateLimit, 0: no limit). See Client.enter.
+	backlog, late atomic.Int32
+	lateLimit     int32
 }
 
-// backlogPerConn is how many calls per pooled connection a node may have
-// in flight before acquisitions stop sending to it.
-const backlogPerConn = 2
-
-// limitBacklog sets the node's backlog limit from its client's connection
-// pool, when the client says how large that is.
+// limitBacklog sets the node's limit from its client's connection pool,
+// when the client says how large that is.
 func (n *node) limitBacklog(rc any) {
 	if c, ok := rc.(*redis.Client); ok && c.Options().PoolSize > 0 {
-		n.maxBacklog = int32(backlogPerConn * c.Options().PoolSize)
+		n.lateLimit = int32(c.Options().PoolSize)
 	}
 }
 
-// enter counts one more call to the node and returns the function that
-// ends it; ok is false (and nothing is counted) when the call is an
-// acquisition (shed) and the node already has maxBacklog calls running.
+// enter counts one more call to node n and returns the function that ends
+// it; ok is false (and nothing is counted) when the call is an acquisition
+// (acquire) that n must not be sent: n lags behind the nodes that decide
+// the votes, with as many calls still running after their votes were
+// decided (late) as its pool has connections, while a majority of the
+// nodes keep up (fewer calls running than their pool has connections).
 //
 // Why: a node that answers more slowly than the others is never waited
 // for, so nothing paces the calls sent to it, and go-redis queues those
@@ -89,13 +90,28 @@ func (n *node) limitBacklog(rc any) {
 // can run out of time before it is even written, leaving the key until its
 // TTL (docs/performance.md, "Release at the majority"). An acquisition not
 // sent to a node needs no delete there, and the node is not needed for the
-// majority; deletes are never shed.
-func (n *node) enter(shed bool) (exit func(), ok bool) {
-	if k := n.backlog.Add(1); shed && n.maxBacklog > 0 && k > n.maxBacklog {
-		n.backlog.Add(-1)
+// majority; deletes are never shed. When every node is that busy (a burst
+// of acquisitions), nothing is shed: the client's own queue is the limit
+// then, and the per-node timeout applies as before.
+func (c *Client) enter(n *node, acquire bool) (exit func(), ok bool) {
+	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
 		return nil, false
 	}
+	n.backlog.Add(1)
 	return func() { n.backlog.Add(-1) }, true
+}
+
+// majorityKeepsUp reports whether a majority of the nodes have fewer calls
+// running than their pool has connections (a node without a known pool
+// does not count).
+func (c *Client) majorityKeepsUp() bool {
+	k := 0
+	for _, m := range c.nodes {
+		if m.lateLimit > 0 && m.backlog.Load() < m.lateLimit {
+			k++
+		}
+	}
+	return k >= c.quorum
 }
 
 // Client acquires locks on a fixed set of N independent Redis nodes. It is

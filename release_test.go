@@ -506,16 +506,17 @@ func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 }
 
 // A node that answers more slowly than the others is never waited for, so
-// nothing paces the calls sent to it. Once it has twice its connection
-// pool's size of calls running, acquisitions send it nothing (it counts as
-// timed out, and needs no delete), so that go-redis's queue for it stays
-// short and the deletes that follow its grants are not starved in it.
+// nothing paces the calls sent to it. Once it has as many calls running
+// after their votes were decided as its pool has connections, while the
+// others keep up, acquisitions send it nothing (it counts as timed out, and
+// needs no delete), so that go-redis's queue for it stays short and the
+// deletes that follow its grants are not starved in it.
 func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		nodes := []*testNode{newTestNode(t, 0), newTestNode(t, 1), newTestNode(t, 2)}
 		slow := nodes[2].rc.Options()
-		slow.PoolSize = 1 // at most 2 calls in flight
+		slow.PoolSize = 1 // at most 1 late call
 		slowRC := redis.NewClient(slow)
 		rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC})
 		require.NoError(t, err)
@@ -543,20 +544,64 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 			locks = append(locks, l)
 		}
 		assert.Zero(t, time.Since(start), "the slow node costs nothing")
-		// job0's acquire and its delete waiting for it, then job1's acquire:
-		// node 2 is at its limit of 2 when job2 is acquired.
-		shed := locks[2].Nodes()[2]
-		assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
-		assert.ErrorContains(t, shed.Err, "not sent")
+		// job0's acquire to node 2 outlived its vote: node 2 is at its
+		// limit of one late call while nodes 0 and 1 keep up.
+		for _, l := range locks[1:] {
+			shed := l.Nodes()[2]
+			assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
+			assert.ErrorContains(t, shed.Err, "not sent")
+		}
 		require.NoError(t, rl.Close())
 		require.NoError(t, slowRC.Close())
 		mu.Lock()
-		assert.Equal(t, []string{"job0", "job1"}, seen, "job2's acquisition was not sent to node 2")
+		assert.Equal(t, []string{"job0"}, seen, "job1's and job2's acquisitions were not sent to node 2")
 		mu.Unlock()
 		for _, nd := range nodes {
 			for i := range 3 {
 				assert.False(t, nd.Has(fmt.Sprintf("job%d", i)), "%s: job%d", nd.addr, i)
 			}
+		}
+	})
+}
+
+// When every node is that busy (a burst of acquisitions on a small pool),
+// no node lags behind a majority, so nothing is shed: the calls wait for a
+// connection as before, within the per-node timeout.
+func TestAcquire_BusyClusterShedsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var clients []redis.UniversalClient
+		for i := range 3 {
+			nd := newTestNode(t, i)
+			require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
+			nd.SlowAcquire(50 * time.Millisecond)
+			o := nd.rc.Options()
+			o.PoolSize = 1 // a backlog limit of 2 calls
+			rc := redis.NewClient(o)
+			t.Cleanup(func() { _ = rc.Close() })
+			clients = append(clients, rc)
+		}
+		rl, err := redlock.New(clients, redlock.WithNodeTimeout(time.Second))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rl.Close()) }()
+		var wg sync.WaitGroup
+		locks := make([]*redlock.Lock, 4)
+		for i := range locks {
+			wg.Go(func() {
+				l, err := rl.TryAcquire(ctx, fmt.Sprintf("job%d", i), time.Minute)
+				assert.NoError(t, err, "job%d", i)
+				locks[i] = l
+			})
+		}
+		wg.Wait()
+		for i, l := range locks {
+			if l == nil {
+				continue
+			}
+			for _, r := range l.Nodes() {
+				assert.NotEqual(t, redlock.OutcomeTimedOut, r.Outcome, "job%d: %v", i, r.Err)
+			}
+			require.NoError(t, l.Release(ctx))
 		}
 	})
 }

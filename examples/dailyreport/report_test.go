@@ -309,6 +309,8 @@ func TestPerformLockedWorkNConcurrentCallIsLocked(t *testing.T) {
 
 	close(finish)
 	require.NoError(t, <-firstErr)
+	// Release returns at a majority; Close waits for the other deletes.
+	require.NoError(t, podA.Close())
 	for i, m := range ms {
 		assert.False(t, m.Exists(acmeKey), "node %d: lock key left after release", i)
 	}
