@@ -54,9 +54,10 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		}
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, still run: the lock's Release waits for them.
+			// ones, may still run: they end in the background, tracked by
+			// the Client (vote), so Close waits for them.
 			lock.attempts = attempt
-			lock.state = &lockState{calls: calls}
+			lock.state = &lockState{}
 			return lock, nil
 		}
 		last = qerr
@@ -84,6 +85,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	}
 	return nil, last
 }
+
+// errShed is the error of a call not sent to a node because that node
+// already had too many calls of this Client running (Client.enter): for the
+// vote, the node did not answer in time.
+var errShed = fmt.Errorf("redlock: not sent: the node has too many calls in flight: %w", context.DeadlineExceeded)
 
 // appendRunning drops the batches in calls that have ended, then appends
 // more, reusing calls' array.
@@ -126,6 +132,14 @@ type acquisition struct {
 	// SET has run, or the call failed. Release sends node i its delete only
 	// then, so a delete never overtakes its own SET.
 	replied []chan struct{}
+	// unsent[i] is set, before replied[i] is closed, when the acquire
+	// call was not sent to node i because of its backlog (Client.enter):
+	// node i then needs no delete. Read it only once replied[i] is closed.
+	unsent []bool
+	// running[i] is 0 while node i's acquire call runs, 1 once it was
+	// counted late (still running when the vote was decided: node.late),
+	// 2 once it ended.
+	running []atomic.Int32
 	call    *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
@@ -279,15 +293,32 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
 
 	start := time.Now()
-	a.replied = make([]chan struct{}, len(c.nodes))
+	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
+	a.running = make([]atomic.Int32, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
 	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
+		defer func() {
+			if a.running[n.idx].Swap(2) == 1 {
+				n.late.Add(-1)
+			}
+		}()
+		exit, ok := c.enter(n, true)
+		if !ok {
+			a.unsent[n.idx] = true
+			return reply{err: errShed}
+		}
+		defer exit()
 		return a.grant(ctx, n)
 	}, a.late)
 	started := append(calls, doneAcq)
+	for i, n := range c.nodes {
+		if a.running[i].CompareAndSwap(0, 1) { // a straggler
+			n.late.Add(1)
+		}
+	}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -321,7 +352,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released, replied: a.replied,
+			nodes: acq.results, released: a.released, replied: a.replied, unsent: a.unsent,
 		}, nil, started, nil
 	}
 
@@ -329,6 +360,15 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
 	_, doneRel := c.vote(context.WithoutCancel(ctx), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		select {
+		case <-a.replied[n.idx]:
+			if a.unsent[n.idx] {
+				return reply{err: errShed} // nothing was sent: nothing to delete
+			}
+		default:
+		}
+		exit, _ := c.enter(n, false)
+		defer exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)

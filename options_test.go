@@ -295,6 +295,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		n, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 1, n, "no attempt was made with a bad option")
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "k")
 	})
 }

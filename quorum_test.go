@@ -218,6 +218,7 @@ func TestAcquire_MinorityUnreachableSucceeds(t *testing.T) {
 			assert.Equal(t, l.Owner(), c.nodes[i].Value("report"))
 		}
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "report")
 	})
 }
