@@ -49,18 +49,18 @@ const DefaultNodes = 5
 
 // Timeouts of the go-redis clients made by Cluster.Client.
 const (
-	// ClientDialTimeout bounds one dial to a node (through its proxy).
-	ClientDialTimeout = 100 * time.Millisecond
-	// ClientIOTimeout is the read and write timeout of a node connection, a
+	// clientDialTimeout bounds one dial to a node (through its proxy).
+	clientDialTimeout = 100 * time.Millisecond
+	// clientIOTimeout is the read and write timeout of a node connection, a
 	// backstop behind the lock's per-node timeout.
-	ClientIOTimeout = time.Second
-	// ClientPoolSize is the go-redis PoolSize per node and client. A client
+	clientIOTimeout = time.Second
+	// clientPoolSize is the go-redis PoolSize per node and client. A client
 	// opens about one connection per concurrent call, so this is only an
 	// upper bound; it is large because go-redis v9 also uses PoolSize as the
 	// number of failed dials (counted over the pool's life) after which it
 	// stops dialing the node and fails at once for at least a second, which
 	// would keep a restarted node out of reach and slow the chaos runs down.
-	ClientPoolSize = 1000
+	clientPoolSize = 1000
 )
 
 // ClusterOptions configures NewCluster. The zero value is 5 in-process
@@ -220,14 +220,14 @@ func (c *Cluster) Addrs() []string {
 // Client returns a redlock client over every node, through the proxies. Its
 // node connections are the ones redlock.Dial makes (no command retries, one
 // dial attempt, context deadlines honoured, as redlock.NewNodeClient) with a
-// ClientDialTimeout dial timeout, ClientIOTimeout read and write timeouts and
-// ClientPoolSize connections per node. Closing the returned client closes
+// clientDialTimeout dial timeout, clientIOTimeout read and write timeouts and
+// clientPoolSize connections per node. Closing the returned client closes
 // those connections; Cluster.Close also closes every client it returned that
 // is still open.
 //
 // go-redis behaviour worth knowing in chaos runs: every new connection
 // starts with a HELLO round trip (so it is delayed or lost like any
-// request), and after ClientPoolSize failed dials to a node the pool fails
+// request), and after clientPoolSize failed dials to a node the pool fails
 // every dial to that node with the last error until a probe, made once a
 // second, succeeds; that probe goroutine can outlive Close by up to a
 // second.
@@ -238,7 +238,7 @@ func (c *Cluster) Client(opts ...redlock.Option) (*redlock.Client, error) {
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		urls[i] = fmt.Sprintf("redis://%s?dial_timeout=%s&read_timeout=%s&write_timeout=%s&pool_size=%d",
-			n.Addr(), ClientDialTimeout, ClientIOTimeout, ClientIOTimeout, ClientPoolSize)
+			n.Addr(), clientDialTimeout, clientIOTimeout, clientIOTimeout, clientPoolSize)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,13 +265,13 @@ func (c *Cluster) Client(opts ...redlock.Option) (*redlock.Client, error) {
 	return rc, nil
 }
 
-// Keys returns, for every node that is not killed, the keys matching pattern
+// keys returns, for every node that is not killed, the keys matching pattern
 // (Redis glob syntax; "" means "*"), sorted, asking each server directly
 // rather than through its proxy, so network faults do not hide keys. A
 // killed node has no entry; a node without matching keys has an empty one.
 // It returns ErrNodePaused if a node is paused, ErrClosed after Close, or the
 // error of a SCAN (each node's bounded by 2 s).
-func (c *Cluster) Keys(ctx context.Context, pattern string) (map[int][]string, error) {
+func (c *Cluster) keys(ctx context.Context, pattern string) (map[int][]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}

@@ -146,7 +146,7 @@ func TestNodeKillRefusesConnections(t *testing.T) {
 		if err := n.Pause(time.Second); !errors.Is(err, ErrNodeDown) {
 			t.Errorf("Pause on a killed node: %v, want ErrNodeDown", err)
 		}
-		keys, err := c.Keys(tctx(t, 2*time.Second), "*")
+		keys, err := c.keys(tctx(t, 2*time.Second), "*")
 		mustDo(t, "Keys", err)
 		if _, ok := keys[0]; ok {
 			t.Errorf("Keys lists the killed node: %v", keys)
@@ -402,7 +402,7 @@ func TestNodeNetworkFaults(t *testing.T) {
 		mustDo(t, "PING", rdb.Ping(tctx(t, 2*time.Second)).Err())
 		keysOn := func(pattern string) []string {
 			t.Helper()
-			keys, err := c.Keys(tctx(t, 2*time.Second), pattern)
+			keys, err := c.keys(tctx(t, 2*time.Second), pattern)
 			mustDo(t, "Keys", err)
 			return keys[0]
 		}

@@ -152,10 +152,10 @@ func TestProxyPassThrough(t *testing.T) {
 	// The proxy counts a chunk once its Write returned, which can be just
 	// after the client has read it: wait for the count to catch up.
 	eventually(t, "byte counts", func() bool {
-		st := p.Stats()
+		st := p.stats()
 		return st.RequestBytes >= int64(len(big)) && st.ReplyBytes >= int64(len(big))
 	})
-	st := p.Stats()
+	st := p.stats()
 	if st.Accepted < 1 || st.Open < 1 {
 		t.Errorf("Stats accepted=%d open=%d, want >= 1 each", st.Accepted, st.Open)
 	}
@@ -277,7 +277,7 @@ func TestProxyDropReplies(t *testing.T) {
 	}
 	// The reply was lost, but the node executed the command.
 	eventually(t, "key set on the node", func() bool { return m.Exists("k") })
-	if st := p.Stats(); st.DroppedReplyBytes == 0 {
+	if st := p.stats(); st.DroppedReplyBytes == 0 {
 		t.Errorf("DroppedReplyBytes = 0, want > 0")
 	}
 
@@ -296,7 +296,7 @@ func TestProxyDropRequests(t *testing.T) {
 	if err == nil {
 		t.Fatal("SET succeeded with requests dropped, want a timeout")
 	}
-	if st := p.Stats(); st.DroppedRequestBytes == 0 {
+	if st := p.stats(); st.DroppedRequestBytes == 0 {
 		t.Errorf("DroppedRequestBytes = 0, want > 0")
 	}
 
@@ -320,7 +320,7 @@ func TestProxyDropKeepsConnectionOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the whole "+OK\r\n" reply has been read and discarded.
-	eventually(t, "reply dropped", func() bool { return p.Stats().DroppedReplyBytes >= 5 })
+	eventually(t, "reply dropped", func() bool { return p.stats().DroppedReplyBytes >= 5 })
 	if !m.Exists("k") {
 		t.Fatal("key not set on the node")
 	}
@@ -380,11 +380,11 @@ func TestProxyHoldReplies(t *testing.T) {
 	// The reply delay leaves time to turn Hold on after the request has
 	// reached the node but before the reply is due.
 	p.DelayReplies(300 * time.Millisecond)
-	before := p.Stats().RequestBytes
+	before := p.stats().RequestBytes
 	if err := c.send("ECHO held"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "request delivered", func() bool { return p.Stats().RequestBytes > before })
+	eventually(t, "request delivered", func() bool { return p.stats().RequestBytes > before })
 	p.Hold(true)
 	p.DelayReplies(0)
 
@@ -462,7 +462,7 @@ func TestProxyDownUp(t *testing.T) {
 	if err := rdb.Ping(ctxTimeout(t, time.Second)).Err(); err == nil {
 		t.Fatal("PING through a down proxy succeeded")
 	}
-	eventually(t, "no open connection", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "no open connection", func() bool { return p.stats().Open == 0 })
 
 	if err := p.Up(); err != nil {
 		t.Fatalf("Up: %v", err)
@@ -489,7 +489,7 @@ func TestProxyCloseConns(t *testing.T) {
 	conn := rdb.Conn()
 	t.Cleanup(func() { _ = conn.Close() })
 	ping(t, conn)
-	accepted := p.Stats().Accepted
+	accepted := p.stats().Accepted
 
 	p.CloseConns()
 	if err := conn.Ping(ctxTimeout(t, time.Second)).Err(); err == nil {
@@ -498,7 +498,7 @@ func TestProxyCloseConns(t *testing.T) {
 	eventually(t, "node side closed", func() bool { return m.CurrentConnectionCount() == 0 })
 
 	ping(t, rdb) // a new connection
-	if got := p.Stats().Accepted; got <= accepted {
+	if got := p.stats().Accepted; got <= accepted {
 		t.Fatalf("Accepted = %d after reconnect, want > %d", got, accepted)
 	}
 }
@@ -534,34 +534,6 @@ func TestProxyHeal(t *testing.T) {
 	}
 }
 
-func TestProxySetTarget(t *testing.T) {
-	m1 := miniredis.RunT(t)
-	m2 := miniredis.RunT(t)
-	p := startProxy(t, m1.Addr())
-	old := dialRaw(t, p.Addr())
-	if r, err := old.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
-
-	p.SetTarget(m2.Addr())
-	if p.Target() != m2.Addr() {
-		t.Fatalf("Target() = %q, want %q", p.Target(), m2.Addr())
-	}
-	if r, err := old.cmd("SET a 1"); err != nil || r != "+OK" {
-		t.Fatalf("SET on old conn: %q %v", r, err)
-	}
-	fresh := dialRaw(t, p.Addr())
-	if r, err := fresh.cmd("SET b 1"); err != nil || r != "+OK" {
-		t.Fatalf("SET on new conn: %q %v", r, err)
-	}
-	if !m1.Exists("a") || m2.Exists("a") {
-		t.Error("open connection was moved by SetTarget")
-	}
-	if !m2.Exists("b") || m1.Exists("b") {
-		t.Error("new connection did not go to the new target")
-	}
-}
-
 func TestProxyPropagatesClose(t *testing.T) {
 	m := miniredis.RunT(t)
 	addr := m.Addr()
@@ -574,7 +546,7 @@ func TestProxyPropagatesClose(t *testing.T) {
 	}
 	c.Close()
 	eventually(t, "node side closed", func() bool { return m.CurrentConnectionCount() == 0 })
-	eventually(t, "proxy conn gone", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "proxy conn gone", func() bool { return p.stats().Open == 0 })
 
 	// Node goes away: the client side is closed too.
 	c = dialRaw(t, p.Addr())
@@ -585,7 +557,7 @@ func TestProxyPropagatesClose(t *testing.T) {
 	if r, err := c.readLine(); err == nil {
 		t.Fatalf("read after node close: %q, want an error", r)
 	}
-	eventually(t, "proxy conn gone", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "proxy conn gone", func() bool { return p.stats().Open == 0 })
 
 	// Target unreachable: the client is accepted, then closed.
 	c = dialRaw(t, p.Addr())
@@ -650,7 +622,7 @@ func TestProxyConcurrentFaults(t *testing.T) {
 			case 6:
 				p.CloseConns()
 			case 7:
-				_ = p.Stats()
+				_ = p.stats()
 				p.Heal()
 			}
 			time.Sleep(time.Millisecond)
@@ -690,7 +662,7 @@ func TestProxyCloseLeavesNoGoroutine(t *testing.T) {
 	if err := held.send("PING"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "3 conns", func() bool { return p.Stats().Open == 3 })
+	eventually(t, "3 conns", func() bool { return p.stats().Open == 3 })
 
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -704,7 +676,7 @@ func TestProxyCloseLeavesNoGoroutine(t *testing.T) {
 	if err := p.Down(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Down after Close: %v, want net.ErrClosed", err)
 	}
-	if st := p.Stats(); st.Open != 0 {
+	if st := p.stats(); st.Open != 0 {
 		t.Fatalf("Open = %d after Close, want 0", st.Open)
 	}
 	for _, c := range []*rawConn{idle, delayed, held} {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Verdict is a scenario's safety outcome.
@@ -145,6 +146,17 @@ type Scenario struct {
 	NoneBefore time.Duration `json:"none_before,omitempty"`
 }
 
+// Report is the judge's verdict on one trial: acquisitions, overlapping
+// holds (mutual-exclusion violations), stale writes each resource accepted,
+// fencing tokens out of order, acquire latency. Result.Reports has one per
+// trial; the definitions are in the harness's oracle (internal/oracle).
+type Report = oracle.Report
+
+// History is everything one trial recorded (holds, writes, node faults,
+// notes) with the judge's findings filled in, as WriteSVG draws it.
+// Result.Histories has one per trial.
+type History = oracle.History
+
 // Result is the outcome of running one scenario for some trials.
 type Result struct {
 	Scenario     string        `json:"scenario"`
@@ -184,9 +196,9 @@ func (r Result) Mismatch() bool { return r.Skipped == "" && r.Observed != r.Expe
 // asked, up to this many in all, before it reports the scenario safe.
 const UnsafeTrialLimit = 8
 
-// TrialSeed derives the seed of one trial of one scenario from the run's
+// trialSeed derives the seed of one trial of one scenario from the run's
 // seed, so a scenario replays the same schedule whatever else ran.
-func TrialSeed(seed uint64, scenario string, trial int) uint64 {
+func trialSeed(seed uint64, scenario string, trial int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, trial)
 	return h.Sum64()
@@ -218,7 +230,7 @@ func RunMutant(ctx context.Context, cluster *Cluster, s Scenario, m Mutant, tria
 	if m.NotCovered != "" {
 		return Result{}, fmt.Errorf("chaos: mutant %s cannot run: %s", m.Name, m.NotCovered)
 	}
-	if err := m.Check(); err != nil {
+	if err := m.check(); err != nil {
 		return Result{}, err
 	}
 	return run(ctx, cluster, s, &m, trials, seed, progress)
@@ -250,7 +262,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		if err := cluster.FlushAll(ctx); err != nil {
 			return res, fmt.Errorf("chaos: flush before %s trial %d: %w", s.Name, trial+1, err)
 		}
-		tseed := TrialSeed(seed, s.Name, trial)
+		tseed := trialSeed(seed, s.Name, trial)
 		tr, err := runTrial(ctx, cluster, s, m, tseed)
 		if errors.Is(err, errUnsupported) {
 			res.Skipped = err.Error()
@@ -301,7 +313,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 			res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials", verdicts[Unsafe], res.Trials))
 		}
 	}
-	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
+	res.P50, res.P99 = oracle.Percentile(latencies, 50), oracle.Percentile(latencies, 99)
 	return res, nil
 }
 
@@ -484,7 +496,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
 		return trialResult{}, err
 	}
-	o := NewOracle()
+	o := oracle.NewOracle()
 	if !s.Workload.NoFencing {
 		o.ExpectTokens()
 	}
@@ -523,7 +535,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	if s.ElapsedSubtracted {
 		validCaps = s.validityCaps(len(cluster.Nodes()))
 	}
-	onAcquire := func(a Acquisition) {
+	onAcquire := func(a acquisition) {
 		mu.Lock()
 		if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
 			expired++
@@ -541,7 +553,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 			}
 		}
 	}
-	res := Resources{Plain: NewPlainResource(), Fenced: NewFencedResource()}
+	res := newResources()
 	stats := s.Workload.run(tctx, clients, o, res, seed, onAcquire)
 	cancel()
 	inj.stop()
@@ -581,7 +593,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 // injector applies faults during one trial and records them in the oracle.
 type injector struct {
 	cluster *Cluster
-	oracle  *Oracle
+	oracle  *oracle.Oracle
 	rng     *rand.Rand
 
 	// clientProxies[c][n] is client c's own proxy to node n, when the
@@ -595,7 +607,7 @@ type injector struct {
 	open   map[bandKey]time.Time
 }
 
-func newInjector(cluster *Cluster, o *Oracle, seed uint64) *injector {
+func newInjector(cluster *Cluster, o *oracle.Oracle, seed uint64) *injector {
 	return &injector{cluster: cluster, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed)), open: map[bandKey]time.Time{}}
 }
 

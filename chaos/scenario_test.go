@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/oracle"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -88,16 +89,16 @@ func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
 // The same seed gives the same schedule of faults: which nodes a random
 // fault picks.
 func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
-	assert.Equal(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 0))
-	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 1))
-	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(43, "minority-killed", 0))
+	assert.Equal(t, trialSeed(42, "minority-killed", 0), trialSeed(42, "minority-killed", 0))
+	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(42, "minority-killed", 1))
+	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(43, "minority-killed", 0))
 
 	ctx := context.Background()
 	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
 	require.NoError(t, err)
 	defer cluster.Close()
 	picks := func(seed uint64) [][]int {
-		inj := newInjector(cluster, NewOracle(), seed)
+		inj := newInjector(cluster, oracle.NewOracle(), seed)
 		var out [][]int
 		for range 5 {
 			out = append(out, inj.pick(NodeSet{Pick: PickRandomMinority}, nil))
@@ -122,7 +123,7 @@ func TestRun_TimedFaultIsApplied(t *testing.T) {
 	res, err := Run(ctx, cluster, s, 1, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, res.Histories, 1)
-	var killed []FaultRecord
+	var killed []oracle.FaultRecord
 	for _, f := range res.Histories[0].Faults {
 		if f.Node == 1 && f.What == "killed" {
 			killed = append(killed, f)
@@ -139,7 +140,7 @@ func TestPick_OverlapOfTwoQuorums(t *testing.T) {
 	for n := 3; n <= 7; n++ {
 		cluster, err := NewCluster(ctx, ClusterOptions{Nodes: n})
 		require.NoError(t, err)
-		inj := newInjector(cluster, NewOracle(), 1)
+		inj := newInjector(cluster, oracle.NewOracle(), 1)
 		q := n/2 + 1
 		overlap := inj.pick(NodeSet{Pick: PickOverlap}, nil)
 		tail := inj.pick(NodeSet{Pick: PickMinorityTail}, nil)
@@ -208,7 +209,7 @@ func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	defer func() { require.NoError(t, cluster.Close()) }()
 	s, ok := Find("delayed-replies")
 	require.True(t, ok)
-	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under ClientIOTimeout")
+	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under clientIOTimeout")
 	caps := s.validityCaps(5)
 	require.Len(t, caps, 1)
 	assert.Equal(t, delayedTTL-delayedReply-redlock.Drift(delayedTTL, redlock.DefaultDriftFactor), caps[0])
@@ -219,7 +220,7 @@ func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	assert.Equal(t, 2, res.Acquisitions, "the holder and then the rival")
 	assert.Zero(t, res.Violations)
 
-	m, ok := FindMutant("no-elapsed")
+	m, ok := findMutant("no-elapsed")
 	require.True(t, ok)
 	res, err = RunMutant(ctx, cluster, s, m, 3, 3, nil)
 	require.NoError(t, err)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Layout of the timeline picture, in SVG user units (pixels at 100%).
@@ -125,7 +127,7 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 
 // svgBand is a node's fault band and the row it is stacked in.
 type svgBand struct {
-	f   FaultRecord
+	f   oracle.FaultRecord
 	row int
 }
 
@@ -135,8 +137,8 @@ type svgLayout struct {
 	end time.Duration // the right edge (at least 1 ms)
 	sc  svgScale
 
-	notesSorted []NoteRecord // by time
-	noteRows    []int        // label row of notesSorted[i]
+	notesSorted []oracle.NoteRecord // by time
+	noteRows    []int               // label row of notesSorted[i]
 	nodeBands   map[int][]svgBand
 	nodeRows    map[int]int // rows of stacked bands in a node's lane
 
@@ -192,7 +194,7 @@ func svgLayOut(h *History) *svgLayout {
 // and returns how many rows there are.
 func (l *svgLayout) layOutNotes(h *History) int {
 	l.notesSorted = slices.Clone(h.Notes)
-	slices.SortStableFunc(l.notesSorted, func(a, b NoteRecord) int { return cmp.Compare(a.At, b.At) })
+	slices.SortStableFunc(l.notesSorted, func(a, b oracle.NoteRecord) int { return cmp.Compare(a.At, b.At) })
 	ns, ne := make([]float64, len(l.notesSorted)), make([]float64, len(l.notesSorted))
 	for i, n := range l.notesSorted {
 		ns[i] = l.sc.x(n.At)
@@ -208,13 +210,13 @@ func (l *svgLayout) layOutNotes(h *History) int {
 func (l *svgLayout) layOutFaults(h *History) {
 	l.nodeBands, l.nodeRows = map[int][]svgBand{}, map[int]int{}
 	for _, node := range h.Nodes {
-		var fs []FaultRecord
+		var fs []oracle.FaultRecord
 		for _, f := range h.Faults {
 			if f.Node == node {
 				fs = append(fs, f)
 			}
 		}
-		slices.SortStableFunc(fs, func(a, b FaultRecord) int { return cmp.Compare(a.From, b.From) })
+		slices.SortStableFunc(fs, func(a, b oracle.FaultRecord) int { return cmp.Compare(a.From, b.From) })
 		st, en := make([]float64, len(fs)), make([]float64, len(fs))
 		for i, f := range fs {
 			st[i] = l.sc.x(f.From)
@@ -447,7 +449,7 @@ func (l *svgLayout) writes(b *bytes.Buffer, h *History) {
 			verdict = "accepted, STALE"
 		}
 		tip := fmt.Sprintf("client %d hold %d wrote %s with token %d at %s ms: %s", w.Client, w.Hold, w.Resource, w.Token, svgFmtMS(w.At), verdict)
-		if w.Resource == ResourceFenced {
+		if w.Resource == oracle.ResourceFenced {
 			yc := ly + 30
 			fmt.Fprintf(b, `<g class="write"><title>%s</title><path d="M%.1f,%.1f l%.1f,%.1f l%.1f,%.1f l%.1f,%.1f z" fill="%s" stroke="%s" stroke-width="%.1f"/></g>`+"\n",
 				svgEsc(tip), x, yc-r-1, r+1, r+1, -r-1, r+1, -r-1, -r-1, fill, stroke, sw)
@@ -538,7 +540,7 @@ func svgSummary(h *History) string {
 		v = "violation"
 	}
 	return fmt.Sprintf("%d acquisitions · %d failed acquires · %d mutual-exclusion %s · stale writes accepted: plain %d, fenced %d · %s",
-		len(h.Holds), len(h.Failures), len(h.Violations), v, stale[ResourcePlain], stale[ResourceFenced], svgDurMS(h.End))
+		len(h.Holds), len(h.Failures), len(h.Violations), v, stale[oracle.ResourcePlain], stale[oracle.ResourceFenced], svgDurMS(h.End))
 }
 
 // svgFaultColour picks a colour from the fault's description.
@@ -598,3 +600,6 @@ func svgDurMS(d time.Duration) string {
 	}
 	return svgFmtMS(d) + " ms"
 }
+
+// durMS converts d to float milliseconds.
+func durMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,4 +1,14 @@
-package chaos
+// Package oracle records what happened in one chaos trial (holds, writes,
+// node faults, notes) on a single process clock and judges it: overlapping
+// holds, stale writes accepted by each shared resource, fencing-token order,
+// acquire latency.
+//
+// It is the chaos harness's judge, kept apart from the harness so that the
+// judge's rules read on their own and the harness's surface stays small; the
+// etcd comparison (a module of its own below this repository) records its
+// trials with it too. Users of the harness see its output as chaos.Report
+// and chaos.History.
+package oracle
 
 import (
 	"cmp"
@@ -11,9 +21,9 @@ import (
 // any resource name; these two are the ones its Report summarises in fields of
 // their own.
 const (
-	// ResourcePlain names the unfenced resource (see PlainResource).
+	// ResourcePlain names the unfenced resource (chaos.PlainResource).
 	ResourcePlain = "plain"
-	// ResourceFenced names the fenced resource (see FencedResource).
+	// ResourceFenced names the fenced resource (chaos.FencedResource, a fencing.Guard).
 	ResourceFenced = "fenced"
 )
 
@@ -81,7 +91,7 @@ func NewOracle() *Oracle {
 func (o *Oracle) Start() time.Time { return o.start }
 
 // Declare states that the trial has clients numbered 0..clients-1 and nodes
-// numbered 0..nodes-1, so that History lists (and WriteSVG draws) a lane for
+// numbered 0..nodes-1, so that History lists (and chaos.WriteSVG draws) a lane for
 // each even if nothing was recorded for it. Clients and nodes that appear in
 // recorded events get lanes anyway. Values <= 0 declare none; calling Declare
 // again raises the counts, never lowers them.
