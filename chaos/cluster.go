@@ -220,14 +220,14 @@ func (c *Cluster) Addrs() []string {
 // Client returns a redlock client over every node, through the proxies. Its
 // node connections are the ones redlock.Dial makes (no command retries, one
 // dial attempt, context deadlines honoured, as redlock.NewNodeClient) with a
-// clientDialTimeout dial timeout, clientIOTimeout read and write timeouts and
-// clientPoolSize connections per node. Closing the returned client closes
+// 100 ms dial timeout, 1 s read and write timeouts and a pool of up to 1000
+// connections per node (clientDialTimeout, clientIOTimeout, clientPoolSize). Closing the returned client closes
 // those connections; Cluster.Close also closes every client it returned that
 // is still open.
 //
 // go-redis behaviour worth knowing in chaos runs: every new connection
 // starts with a HELLO round trip (so it is delayed or lost like any
-// request), and after clientPoolSize failed dials to a node the pool fails
+// request), and after PoolSize failed dials to a node the pool fails
 // every dial to that node with the last error until a probe, made once a
 // second, succeeds; that probe goroutine can outlive Close by up to a
 // second.
