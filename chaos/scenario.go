@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/faultlog"
 	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
@@ -594,27 +595,19 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 type injector struct {
 	cluster *Cluster
 	oracle  *oracle.Oracle
-	rng     *rand.Rand
+	log     *faultlog.Log // the schedule, and the bands in force
 
 	// clientProxies[c][n] is client c's own proxy to node n, when the
 	// scenario has per-client faults.
 	clientProxies [][]*Proxy
 
-	mu     sync.Mutex
-	timers []*time.Timer
-	wg     sync.WaitGroup
-	err    error
-	open   map[bandKey]time.Time
+	mu  sync.Mutex
+	rng *rand.Rand
+	err error
 }
 
 func newInjector(cluster *Cluster, o *oracle.Oracle, seed uint64) *injector {
-	return &injector{cluster: cluster, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed)), open: map[bandKey]time.Time{}}
-}
-
-type bandKey struct {
-	node    int
-	what    string
-	network bool // a proxy fault that HealNetwork clears
+	return &injector{cluster: cluster, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
 func (inj *injector) firstErr() error {
@@ -634,15 +627,7 @@ func (inj *injector) fail(err error) {
 // schedule runs fn after d unless the trial ended first; stop cancels it or
 // waits for it.
 func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	inj.wg.Add(1)
-	inj.timers = append(inj.timers, time.AfterFunc(d, func() {
-		defer inj.wg.Done()
-		if ctx.Err() == nil {
-			fn()
-		}
-	}))
+	inj.log.After(ctx, d, fn)
 }
 
 func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock.NodeResult) {
@@ -653,24 +638,7 @@ func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock
 
 // stop cancels pending timers, waits for running ones, and closes the
 // fault bands still open.
-func (inj *injector) stop() {
-	inj.mu.Lock()
-	for _, t := range inj.timers {
-		if t.Stop() {
-			inj.wg.Done()
-		}
-	}
-	inj.timers = nil
-	inj.mu.Unlock()
-	inj.wg.Wait()
-	now := time.Now()
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for k, from := range inj.open {
-		inj.oracle.Fault(k.node, k.what, from, now)
-	}
-	clear(inj.open)
-}
+func (inj *injector) stop() { inj.log.Stop() }
 
 // pick resolves a NodeSet to node indices.
 func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
@@ -782,9 +750,7 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 		}
 		if band {
 			network := f.Action != Kill && f.Action != ClockRate
-			inj.mu.Lock()
-			inj.open[bandKey{i, label, network}] = now
-			inj.mu.Unlock()
+			inj.log.Open(faultlog.Band{Node: i, What: label, Network: network}, now)
 		} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
 			inj.oracle.Fault(i, label, now, now)
 		}
@@ -863,9 +829,7 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 			return fmt.Errorf("chaos: fault %s cannot be limited to some clients (only network faults can)", f.Action)
 		}
 		label = fmt.Sprintf("%s for client %d", label, c)
-		inj.mu.Lock()
-		inj.open[bandKey{i, label, true}] = now
-		inj.mu.Unlock()
+		inj.log.Open(faultlog.Band{Node: i, What: label, Network: true}, now)
 		if f.For > 0 {
 			lbl := label
 			inj.schedule(ctx, f.For, func() {
@@ -880,21 +844,10 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 // closeNetworkBands closes node's open network-fault bands (HealNetwork
 // clears them all at once).
 func (inj *injector) closeNetworkBands(node int, at time.Time) {
-	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.network })
+	inj.log.Close(at, func(b faultlog.Band) bool { return b.Node == node && b.Network })
 }
 
 // closeBand closes node's open band labelled what.
 func (inj *injector) closeBand(node int, what string, at time.Time) {
-	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.what == what })
-}
-
-func (inj *injector) closeBands(at time.Time, match func(bandKey) bool) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for k, from := range inj.open {
-		if match(k) {
-			inj.oracle.Fault(k.node, k.what, from, at)
-			delete(inj.open, k)
-		}
-	}
+	inj.log.Close(at, func(b faultlog.Band) bool { return b.Node == node && b.What == what })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/d3b93e30/redlock/chaos"
 	"github.com/d3b93e30/redlock/fencing"
+	"github.com/d3b93e30/redlock/internal/faultlog"
 	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
@@ -530,7 +531,7 @@ func runTrial(ctx context.Context, s Scenario, seed uint64) (trialResult, error)
 	defer e.close()
 	o := oracle.NewOracle()
 	o.Declare(s.Workload.Clients, e.cluster.Size())
-	inj := &injector{env: e, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	inj := &injector{env: e, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 
@@ -562,56 +563,25 @@ func runTrial(ctx context.Context, s Scenario, seed uint64) (trialResult, error)
 	return trialResult{report: o.Report(), history: o.History()}, nil
 }
 
-// injector applies one trial's faults and records them in the oracle.
+// injector applies one trial's faults and records them in the oracle. The
+// schedule and the bands in force are the chaos harness's (faultlog); the
+// faults themselves act on etcd members and on the clients' proxies.
 type injector struct {
 	env    *env
 	oracle *oracle.Oracle
+	log    *faultlog.Log
 
-	mu     sync.Mutex
-	rng    *rand.Rand
-	timers []*time.Timer
-	wg     sync.WaitGroup
-	open   []openBand
-}
-
-type openBand struct {
-	member int
-	what   string
-	from   time.Time
+	mu  sync.Mutex
+	rng *rand.Rand
 }
 
 func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	inj.wg.Add(1)
-	inj.timers = append(inj.timers, time.AfterFunc(d, func() {
-		defer inj.wg.Done()
-		if ctx.Err() == nil {
-			fn()
-		}
-	}))
+	inj.log.After(ctx, d, fn)
 }
 
 // stop cancels pending faults, waits for running ones and closes the fault
 // bands still open at the trial's end.
-func (inj *injector) stop() {
-	inj.mu.Lock()
-	for _, t := range inj.timers {
-		if t.Stop() {
-			inj.wg.Done()
-		}
-	}
-	inj.timers = nil
-	inj.mu.Unlock()
-	inj.wg.Wait()
-	now := time.Now()
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for _, b := range inj.open {
-		inj.oracle.Fault(b.member, b.what, b.from, now)
-	}
-	inj.open = nil
-}
+func (inj *injector) stop() { inj.log.Stop() }
 
 func (inj *injector) pick(p Pick) []int {
 	n := inj.env.cluster.Size()
@@ -684,9 +654,7 @@ func (inj *injector) apply(ctx context.Context, f Fault) {
 			})
 			continue
 		}
-		inj.mu.Lock()
-		inj.open = append(inj.open, openBand{m, label, now})
-		inj.mu.Unlock()
+		inj.log.Open(faultlog.Band{Node: m, What: label}, now)
 	}
 }
 
