@@ -52,6 +52,34 @@ func newClient(t *testing.T, p *Proxy) *redis.Client {
 	return rdb
 }
 
+// proxiedNode starts a miniredis node behind a proxy and returns them with a
+// go-redis client through the proxy, already connected (one PING), all
+// closed at the end of the test.
+func proxiedNode(t *testing.T) (*miniredis.Miniredis, *Proxy, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p := startProxy(t, m.Addr())
+	rdb := newClient(t, p)
+	ping(t, rdb)
+	return m, p, rdb
+}
+
+// setTakesAtLeast sets k=v through rdb and fails the test unless the call
+// took at least d and the node m then holds the value.
+func setTakesAtLeast(t *testing.T, rdb *redis.Client, m *miniredis.Miniredis, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if el := time.Since(start); el < d {
+		t.Fatalf("SET took %v, want >= %v", el, d)
+	}
+	if v, err := m.Get("k"); err != nil || v != "v" {
+		t.Fatalf("node: k=%q err=%v, want v", v, err)
+	}
+}
+
 // ctxTimeout returns a context that ends after d, cancelled at the end of the test.
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -181,24 +209,12 @@ func TestProxyDelayReplies(t *testing.T) {
 		t.Fatalf("PING took %v, want >= %v", el, delay)
 	}
 
-	start = time.Now()
-	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET: %v", err)
-	}
-	if el := time.Since(start); el < delay {
-		t.Fatalf("SET took %v, want >= %v", el, delay)
-	}
-	if v, err := m.Get("k"); err != nil || v != "v" {
-		t.Fatalf("node: k=%q err=%v, want v", v, err)
-	}
+	setTakesAtLeast(t, rdb, m, delay)
 }
 
 func TestProxyDelayReplyOutlivesClientTimeout(t *testing.T) {
 	// The "delayed replies" failure mode: the SET lands, the client gives up.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DelayReplies(300 * time.Millisecond)
 	err := rdb.Set(ctxTimeout(t, 50*time.Millisecond), "k", "v", 0).Err()
@@ -209,23 +225,11 @@ func TestProxyDelayReplyOutlivesClientTimeout(t *testing.T) {
 }
 
 func TestProxyDelayRequests(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	const delay = 50 * time.Millisecond
 	p.DelayRequests(delay)
-	start := time.Now()
-	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET: %v", err)
-	}
-	if el := time.Since(start); el < delay {
-		t.Fatalf("SET took %v, want >= %v", el, delay)
-	}
-	if v, err := m.Get("k"); err != nil || v != "v" {
-		t.Fatalf("node: k=%q err=%v, want v", v, err)
-	}
+	setTakesAtLeast(t, rdb, m, delay)
 }
 
 func TestProxyDelayDoesNotThrottle(t *testing.T) {
@@ -265,10 +269,7 @@ func TestProxyDelayDoesNotThrottle(t *testing.T) {
 }
 
 func TestProxyDropReplies(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DropReplies(true)
 	err := rdb.Set(ctxTimeout(t, 150*time.Millisecond), "k", "v", 0).Err()
@@ -286,10 +287,7 @@ func TestProxyDropReplies(t *testing.T) {
 }
 
 func TestProxyDropRequests(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DropRequests(true)
 	err := rdb.Set(ctxTimeout(t, 150*time.Millisecond), "k", "v", 0).Err()
@@ -335,10 +333,7 @@ func TestProxyDropKeepsConnectionOpen(t *testing.T) {
 }
 
 func TestProxyHold(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.Hold(true)
 	done := make(chan error, 1)
@@ -410,10 +405,7 @@ func TestProxyHoldLateApply(t *testing.T) {
 	// The "slow or paused node" failure mode: the client gives up and closes
 	// its connection during the hold, yet the held SET still reaches the node
 	// when the link resumes, and only then is the connection closed.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.Hold(true)
 	if err := rdb.Set(ctxTimeout(t, 50*time.Millisecond), "k", "v", 0).Err(); err == nil {
@@ -504,10 +496,7 @@ func TestProxyCloseConns(t *testing.T) {
 }
 
 func TestProxyHeal(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DelayRequests(5 * time.Second)
 	p.DelayReplies(5 * time.Second)

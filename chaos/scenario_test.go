@@ -25,9 +25,7 @@ const testTimeScale = 3
 // figures the verdicts rest on.
 func runCatalogue(t *testing.T, backend Backend) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Backend: backend, Nodes: 5})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, cluster.Close()) }()
+	cluster := newTestCluster(t, ClusterOptions{Backend: backend, Nodes: 5})
 
 	for _, s := range Catalogue() {
 		s = s.Scaled(testTimeScale)
@@ -70,9 +68,7 @@ func TestCatalogue_RedisServer(t *testing.T) {
 // accepted by the plain resource and rejected by the fenced one.
 func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	s, ok := Find("client-pause")
 	require.True(t, ok)
 	s = s.Scaled(testTimeScale)
@@ -93,10 +89,7 @@ func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
 	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(42, "minority-killed", 1))
 	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(43, "minority-killed", 0))
 
-	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	picks := func(seed uint64) [][]int {
 		inj := newInjector(cluster, oracle.NewOracle(), seed)
 		var out [][]int
@@ -112,9 +105,7 @@ func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
 // A fault scheduled at a time is applied then, and recorded as a band.
 func TestRun_TimedFaultIsApplied(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "timed-kill", Expect: Safe, Duration: 300 * time.Millisecond,
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
@@ -158,9 +149,7 @@ func TestPick_OverlapOfTwoQuorums(t *testing.T) {
 // counts. Skipped is neither a match nor a mismatch.
 func TestRun_ExpectedUnsafeRunsMoreTrials(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "quiet", Expect: Unsafe, Duration: 30 * time.Millisecond,
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
@@ -185,9 +174,7 @@ func TestRun_ExpectedUnsafeRunsMoreTrials(t *testing.T) {
 // scenarios fault that overlap, so their expected verdicts hold (N=4).
 func TestCatalogue_EvenNodes(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 4})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 4})
 	for _, name := range []string{"clock-jump", "amnesia-unguarded", "amnesia-guarded"} {
 		s, ok := Find(name)
 		require.True(t, ok)
@@ -204,9 +191,7 @@ func TestCatalogue_EvenNodes(t *testing.T) {
 // so, and the holder still writes after the rival acquired (an overlap).
 func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, cluster.Close()) }()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	s, ok := Find("delayed-replies")
 	require.True(t, ok)
 	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under clientIOTimeout")
@@ -258,9 +243,7 @@ func TestScenario_ValidityCaps(t *testing.T) {
 // client stops at the first refusal instead of spinning through the trial.
 func TestScenario_RefusedSettingsAreReported(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "refused", Expect: Safe, Duration: 200 * time.Millisecond, Availability: Unavailable,
 		Workload: Workload{Clients: 2, TTL: 100 * time.Millisecond, NodeTimeout: 100 * time.Millisecond, Hold: time.Millisecond},
