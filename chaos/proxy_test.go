@@ -52,6 +52,24 @@ func newClient(t *testing.T, p *Proxy) *redis.Client {
 	return rdb
 }
 
+// dialPinged returns a raw connection to addr that has answered one PING.
+func dialPinged(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c := dialRaw(t, addr)
+	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
+		t.Fatalf("PING: %q %v", r, err)
+	}
+	return c
+}
+
+// rawProxiedNode is proxiedNode with a raw connection instead of go-redis.
+func rawProxiedNode(t *testing.T) (*miniredis.Miniredis, *Proxy, *rawConn) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p := startProxy(t, m.Addr())
+	return m, p, dialPinged(t, p.Addr())
+}
+
 // proxiedNode starts a miniredis node behind a proxy and returns them with a
 // go-redis client through the proxy, already connected (one PING), all
 // closed at the end of the test.
@@ -235,12 +253,7 @@ func TestProxyDelayRequests(t *testing.T) {
 func TestProxyDelayDoesNotThrottle(t *testing.T) {
 	// Ten requests written 5 ms apart on one connection under a 200 ms delay:
 	// delivery is pipelined (about 250 ms in all), not serialised (>= 2 s).
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	_, p, c := rawProxiedNode(t)
 
 	const (
 		delay = 200 * time.Millisecond
@@ -306,12 +319,7 @@ func TestProxyDropRequests(t *testing.T) {
 }
 
 func TestProxyDropKeepsConnectionOpen(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	m, p, c := rawProxiedNode(t)
 
 	p.DropReplies(true)
 	if err := c.send("SET k v"); err != nil {
@@ -365,12 +373,7 @@ func TestProxyHold(t *testing.T) {
 func TestProxyHoldReplies(t *testing.T) {
 	// Hold also pauses the node->client direction: a reply the node has
 	// already sent is not delivered until release.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	_, p, c := rawProxiedNode(t)
 
 	// The reply delay leaves time to turn Hold on after the request has
 	// reached the node but before the reply is due.
@@ -529,19 +532,13 @@ func TestProxyPropagatesClose(t *testing.T) {
 	p := startProxy(t, addr)
 
 	// Client closes: the node side is closed too.
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	c := dialPinged(t, p.Addr())
 	c.Close()
 	eventually(t, "node side closed", func() bool { return m.CurrentConnectionCount() == 0 })
 	eventually(t, "proxy conn gone", func() bool { return p.stats().Open == 0 })
 
 	// Node goes away: the client side is closed too.
-	c = dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	c = dialPinged(t, p.Addr())
 	m.Close()
 	if r, err := c.readLine(); err == nil {
 		t.Fatalf("read after node close: %q, want an error", r)
