@@ -272,16 +272,8 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		if err != nil {
 			return res, err
 		}
-		res.Trials++
 		rep := tr.report
-		res.Reports = append(res.Reports, rep)
-		res.Histories = append(res.Histories, tr.history)
-		res.Acquisitions += rep.Acquisitions
-		res.Failed += rep.FailedAcquires
-		res.Violations += rep.Violations
-		res.StalePlain += rep.StaleWritesPlain
-		res.StaleFenced += rep.StaleWritesFenced
-		res.TokenOrder += rep.TokenOrderViolations
+		res.addTrial(rep, tr.history)
 		latencies = append(latencies, tr.latencies...)
 		v, notes := judge(s, rep, tr)
 		verdicts[v]++
@@ -316,6 +308,19 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 	}
 	res.P50, res.P99 = oracle.Percentile(latencies, 50), oracle.Percentile(latencies, 99)
 	return res, nil
+}
+
+// addTrial adds one trial's report and history to r's totals.
+func (r *Result) addTrial(rep Report, h History) {
+	r.Trials++
+	r.Reports = append(r.Reports, rep)
+	r.Histories = append(r.Histories, h)
+	r.Acquisitions += rep.Acquisitions
+	r.Failed += rep.FailedAcquires
+	r.Violations += rep.Violations
+	r.StalePlain += rep.StaleWritesPlain
+	r.StaleFenced += rep.StaleWritesFenced
+	r.TokenOrder += rep.TokenOrderViolations
 }
 
 // count says "1 violation", "2 violations".
@@ -507,62 +512,30 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 
-	// Faults at time zero are in place before any client starts; the rest
-	// run on timers or on workload events.
-	var timed, triggered []Fault
-	for _, f := range s.Faults {
-		switch {
-		case f.On != nil:
-			triggered = append(triggered, f)
-		case f.At == 0:
-			if err := inj.apply(tctx, f, nil); err != nil {
-				inj.stop()
-				return trialResult{}, err
-			}
-		default:
-			timed = append(timed, f)
-		}
+	triggered, err := inj.scheduleFaults(tctx, s.Faults)
+	if err != nil {
+		return trialResult{}, err
 	}
-	for _, f := range timed {
-		inj.schedule(tctx, f.At, func() { inj.applyLogged(tctx, f, nil) })
-	}
-
-	var (
-		mu        sync.Mutex
-		expired   int
-		tooValid  []string
-		validCaps map[int]time.Duration
-	)
-	if s.ElapsedSubtracted {
-		validCaps = s.validityCaps(len(cluster.Nodes()))
-	}
-	onAcquire := func(a acquisition) {
-		mu.Lock()
-		if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
-			expired++
-		}
-		if limit, ok := validCaps[a.Client]; ok {
-			if v := a.Lock.ValidUntil().Sub(a.Lock.AcquiredAt()); v > limit {
-				tooValid = append(tooValid, fmt.Sprintf("client %d was granted %v of validity, more than TTL − reply delay − drift = %v: the time the acquisition took was not subtracted",
-					a.Client, v.Round(time.Millisecond), limit))
-			}
-		}
-		mu.Unlock()
-		for _, f := range triggered {
-			if f.On.Client == a.Client && f.On.Nth == a.Nth {
-				inj.applyLogged(tctx, f, a.Lock.Nodes())
-			}
-		}
-	}
-	res := newResources()
-	stats := s.Workload.run(tctx, clients, o, res, seed, onAcquire)
+	checks := newHandoutChecks(s, len(cluster.Nodes()))
+	stats := s.Workload.run(tctx, clients, o, newResources(), seed, func(a acquisition) {
+		checks.record(a)
+		inj.trigger(tctx, triggered, a)
+	})
 	cancel()
 	inj.stop()
 	if err := inj.firstErr(); err != nil {
 		return trialResult{}, err
 	}
-	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: expired, nodes: len(cluster.Nodes())}
-	tr.notes = append(tr.notes, tooValid...)
+	return judgeTrial(ctx, cluster, s, o, checks, stats)
+}
+
+// judgeTrial gathers what a finished trial showed: the oracle's report and
+// history, the hand-out checks, extensions of released locks, the keys
+// released locks left behind (KeysReleased), and porcupine's second opinion
+// on the fenced writes.
+func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Oracle, checks *handoutChecks, stats *workloadStats) (trialResult, error) {
+	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: checks.expired, nodes: len(cluster.Nodes())}
+	tr.notes = append(tr.notes, checks.tooValid...)
 	if stats.revived > 0 {
 		tr.notes = append(tr.notes, fmt.Sprintf("%d extensions of a released lock succeeded", stats.revived))
 	}
@@ -591,6 +564,40 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	return tr, nil
 }
 
+// handoutChecks looks at every lock as the workload gets it: one handed out
+// with no validity left is a broken promise, and so, when the scenario checks
+// ElapsedSubtracted, is one with more validity than its client's cap (see
+// validityCaps).
+type handoutChecks struct {
+	caps map[int]time.Duration
+
+	mu       sync.Mutex
+	expired  int
+	tooValid []string
+}
+
+func newHandoutChecks(s Scenario, nodes int) *handoutChecks {
+	c := &handoutChecks{}
+	if s.ElapsedSubtracted {
+		c.caps = s.validityCaps(nodes)
+	}
+	return c
+}
+
+func (c *handoutChecks) record(a acquisition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
+		c.expired++
+	}
+	if limit, ok := c.caps[a.Client]; ok {
+		if v := a.Lock.ValidUntil().Sub(a.Lock.AcquiredAt()); v > limit {
+			c.tooValid = append(c.tooValid, fmt.Sprintf("client %d was granted %v of validity, more than TTL − reply delay − drift = %v: the time the acquisition took was not subtracted",
+				a.Client, v.Round(time.Millisecond), limit))
+		}
+	}
+}
+
 // injector applies faults during one trial and records them in the oracle.
 type injector struct {
 	cluster *Cluster
@@ -608,6 +615,40 @@ type injector struct {
 
 func newInjector(cluster *Cluster, o *oracle.Oracle, seed uint64) *injector {
 	return &injector{cluster: cluster, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+}
+
+// scheduleFaults puts the faults at time zero in place before any client
+// starts, and the timed ones on timers; it returns the faults triggered by
+// workload events, for trigger. If a fault at time zero fails, it stops the
+// injector and returns the error.
+func (inj *injector) scheduleFaults(ctx context.Context, faults []Fault) (triggered []Fault, err error) {
+	var timed []Fault
+	for _, f := range faults {
+		switch {
+		case f.On != nil:
+			triggered = append(triggered, f)
+		case f.At == 0:
+			if err := inj.apply(ctx, f, nil); err != nil {
+				inj.stop()
+				return nil, err
+			}
+		default:
+			timed = append(timed, f)
+		}
+	}
+	for _, f := range timed {
+		inj.schedule(ctx, f.At, func() { inj.applyLogged(ctx, f, nil) })
+	}
+	return triggered, nil
+}
+
+// trigger applies the faults among triggered that fire on acquisition a.
+func (inj *injector) trigger(ctx context.Context, triggered []Fault, a acquisition) {
+	for _, f := range triggered {
+		if f.On.Client == a.Client && f.On.Nth == a.Nth {
+			inj.applyLogged(ctx, f, a.Lock.Nodes())
+		}
+	}
 }
 
 func (inj *injector) firstErr() error {
@@ -691,89 +732,104 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 		if i < 0 || i >= len(inj.cluster.Nodes()) {
 			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, len(inj.cluster.Nodes()))
 		}
-		if len(f.Clients) > 0 {
-			if err := inj.applyToClients(ctx, f, i); err != nil {
-				return err
-			}
-			continue
-		}
-		node := inj.cluster.Node(i)
-		now := time.Now()
-		label := string(f.Action)
 		var err error
-		band := true // the fault lasts until undone or the trial ends
-		switch f.Action {
-		case Kill:
-			err = node.Kill()
-			label = "killed"
-		case Restart:
-			err = node.Restart(ctx)
-			if errors.Is(err, ErrNeedsPersistence) {
-				// Without persistence a real server cannot come back with
-				// its data; for reviving a killed node that is the same.
-				err = node.RestartAmnesia(ctx)
-			}
-			inj.closeBand(i, "killed", now)
-			band = false
-		case Amnesia:
-			err = node.RestartAmnesia(ctx)
-			inj.closeBand(i, "killed", now)
-			label, band = "amnesia", false
-		case PauseNode:
-			err = node.Pause(f.Amount)
-			label = "paused"
-			inj.oracle.Fault(i, label, now, now.Add(f.Amount))
-			band = false
-		case DelayRequests, DelayReplies, DropRequests, DropReplies:
-			label = applyTraffic(node, f)
-		case Partition:
-			node.Partition(true)
-			label = "partitioned"
-		case HealNetworkAct:
-			node.HealNetwork()
-			inj.closeNetworkBands(i, now)
-			band = false
-		case JumpClock:
-			err = node.JumpClock(f.Amount)
-			label, band = "clock +"+f.Amount.String(), false
-		case ClockRate:
-			err = node.SetClockRate(f.Rate)
-			label = fmt.Sprintf("clock ×%g", f.Rate)
-		default:
-			return fmt.Errorf("chaos: unknown fault action %q", f.Action)
+		if len(f.Clients) > 0 {
+			err = inj.applyToClients(ctx, f, i)
+		} else {
+			err = inj.applyToNode(ctx, f, i)
 		}
 		if err != nil {
-			if errors.Is(err, ErrUnsupported) {
-				return fmt.Errorf("%w: %s on node %d: %v", errUnsupported, f.Action, i, err)
-			}
-			return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
-		}
-		if band {
-			network := f.Action != Kill && f.Action != ClockRate
-			inj.log.Open(faultlog.Band{Node: i, What: label, Network: network}, now)
-		} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
-			inj.oracle.Fault(i, label, now, now)
-		}
-		if f.For > 0 && band {
-			undo := f
-			undo.For = 0
-			switch f.Action {
-			case Kill:
-				undo.Action = Restart
-			case ClockRate:
-				undo.Rate = 1
-			default:
-				undo.Action = HealNetworkAct
-			}
-			undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
-			lbl := label
-			inj.schedule(ctx, f.For, func() {
-				inj.closeBand(i, lbl, time.Now())
-				inj.applyLogged(ctx, undo, nil)
-			})
+			return err
 		}
 	}
 	return nil
+}
+
+// applyToNode applies f to node i now, records it in the oracle, and
+// schedules its undoing after f.For.
+func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
+	node := inj.cluster.Node(i)
+	now := time.Now()
+	label := string(f.Action)
+	var err error
+	band := true // the fault lasts until undone or the trial ends
+	switch f.Action {
+	case Kill:
+		err = node.Kill()
+		label = "killed"
+	case Restart:
+		err = node.Restart(ctx)
+		if errors.Is(err, ErrNeedsPersistence) {
+			// Without persistence a real server cannot come back with
+			// its data; for reviving a killed node that is the same.
+			err = node.RestartAmnesia(ctx)
+		}
+		inj.closeBand(i, "killed", now)
+		band = false
+	case Amnesia:
+		err = node.RestartAmnesia(ctx)
+		inj.closeBand(i, "killed", now)
+		label, band = "amnesia", false
+	case PauseNode:
+		err = node.Pause(f.Amount)
+		label = "paused"
+		inj.oracle.Fault(i, label, now, now.Add(f.Amount))
+		band = false
+	case DelayRequests, DelayReplies, DropRequests, DropReplies:
+		label = applyTraffic(node, f)
+	case Partition:
+		node.Partition(true)
+		label = "partitioned"
+	case HealNetworkAct:
+		node.HealNetwork()
+		inj.closeNetworkBands(i, now)
+		band = false
+	case JumpClock:
+		err = node.JumpClock(f.Amount)
+		label, band = "clock +"+f.Amount.String(), false
+	case ClockRate:
+		err = node.SetClockRate(f.Rate)
+		label = fmt.Sprintf("clock ×%g", f.Rate)
+	default:
+		return fmt.Errorf("chaos: unknown fault action %q", f.Action)
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return fmt.Errorf("%w: %s on node %d: %v", errUnsupported, f.Action, i, err)
+		}
+		return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
+	}
+	if band {
+		network := f.Action != Kill && f.Action != ClockRate
+		inj.log.Open(faultlog.Band{Node: i, What: label, Network: network}, now)
+	} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
+		inj.oracle.Fault(i, label, now, now)
+	}
+	if f.For > 0 && band {
+		inj.scheduleUndo(ctx, f, i, label)
+	}
+	return nil
+}
+
+// scheduleUndo undoes f on node i after f.For, closing its band labelled
+// label: a killed node is restarted (with its data where it can be), a clock
+// rate goes back to 1, a network fault is healed.
+func (inj *injector) scheduleUndo(ctx context.Context, f Fault, i int, label string) {
+	undo := f
+	undo.For = 0
+	switch f.Action {
+	case Kill:
+		undo.Action = Restart
+	case ClockRate:
+		undo.Rate = 1
+	default:
+		undo.Action = HealNetworkAct
+	}
+	undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
+	inj.schedule(ctx, f.For, func() {
+		inj.closeBand(i, label, time.Now())
+		inj.applyLogged(ctx, undo, nil)
+	})
 }
 
 // trafficTarget is what a traffic fault acts on: a node (its proxy, for
