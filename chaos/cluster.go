@@ -119,82 +119,102 @@ func NewCluster(ctx context.Context, opt ClusterOptions) (*Cluster, error) {
 	for i := range clocks {
 		clocks[i] = newNodeClock()
 	}
-	cleanup := func(err error) (*Cluster, error) {
-		errs := []error{err}
-		for _, n := range c.nodes {
-			errs = append(errs, n.proxy.Close(), n.admin.Close())
-		}
-		for _, be := range bes {
-			if be != nil {
-				errs = append(errs, be.close())
-			}
-		}
-		if c.dir != "" {
-			errs = append(errs, os.RemoveAll(c.dir))
-		}
-		return nil, errors.Join(errs...)
-	}
-
 	switch kind {
 	case InProcess:
 		for i := range bes {
 			b, err := newMemBackend(clocks[i])
 			if err != nil {
-				return cleanup(err)
+				return c.abandon(bes, err)
 			}
 			bes[i] = b
 		}
 	case RedisServer:
-		bin := opt.RedisBinary
-		if bin == "" {
-			if bin, err = redisserver.Available(); err != nil {
-				return nil, fmt.Errorf("chaos: redis-server backend: %w", err)
-			}
-		}
-		if c.dir, err = os.MkdirTemp("", "chaos-redis-*"); err != nil {
-			return nil, fmt.Errorf("chaos: data directory: %w", err)
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		for i := range bes {
-			dir := filepath.Join(c.dir, fmt.Sprintf("node%d", i))
-			if err := os.Mkdir(dir, 0o700); err != nil {
-				return cleanup(fmt.Errorf("chaos: data directory: %w", err))
-			}
-			g.Go(func() error {
-				srv, err := redisserver.Start(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence})
-				if err != nil {
-					return fmt.Errorf("chaos: node%d: %w", i, err)
-				}
-				bes[i] = &realBackend{srv: srv, dir: dir, persistence: opt.Persistence, clock: clocks[i]}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return cleanup(err)
+		if err := c.startServers(ctx, opt, bes, clocks); err != nil {
+			return c.abandon(bes, err)
 		}
 	}
-
 	for i, be := range bes {
-		admin := newAdminClient(be.addr())
-		if rb, ok := be.(*realBackend); ok {
-			rb.admin = admin
+		if err := c.addNode(i, be, clocks[i]); err != nil {
+			return c.abandon(bes, err)
 		}
-		p, err := NewProxy(be.addr())
-		if err != nil {
-			_ = admin.Close()
-			return cleanup(err)
-		}
-		c.nodes = append(c.nodes, &Node{
-			index: i,
-			name:  fmt.Sprintf("node%d", i),
-			kind:  kind,
-			proxy: p,
-			be:    be,
-			clock: clocks[i],
-			admin: admin,
-		})
 	}
 	return c, nil
+}
+
+// startServers starts a redis-server process for each of bes, at once, each
+// with its own data directory under a new temporary directory (c.dir).
+func (c *Cluster) startServers(ctx context.Context, opt ClusterOptions, bes []backend, clocks []*nodeClock) error {
+	bin := opt.RedisBinary
+	if bin == "" {
+		var err error
+		if bin, err = redisserver.Available(); err != nil {
+			return fmt.Errorf("chaos: redis-server backend: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "chaos-redis-*")
+	if err != nil {
+		return fmt.Errorf("chaos: data directory: %w", err)
+	}
+	c.dir = dir
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range bes {
+		dir := filepath.Join(c.dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fmt.Errorf("chaos: data directory: %w", err)
+		}
+		g.Go(func() error {
+			srv, err := redisserver.Start(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence})
+			if err != nil {
+				return fmt.Errorf("chaos: node%d: %w", i, err)
+			}
+			bes[i] = &realBackend{srv: srv, dir: dir, persistence: opt.Persistence, clock: clocks[i]}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// addNode puts node i, served by be, behind its proxy and gives it an admin
+// connection.
+func (c *Cluster) addNode(i int, be backend, clock *nodeClock) error {
+	admin := newAdminClient(be.addr())
+	if rb, ok := be.(*realBackend); ok {
+		rb.admin = admin
+	}
+	p, err := NewProxy(be.addr())
+	if err != nil {
+		_ = admin.Close()
+		return err
+	}
+	c.nodes = append(c.nodes, &Node{
+		index: i,
+		name:  fmt.Sprintf("node%d", i),
+		kind:  c.backend,
+		proxy: p,
+		be:    be,
+		clock: clock,
+		admin: admin,
+	})
+	return nil
+}
+
+// abandon stops what NewCluster started before it failed with err: the
+// nodes' proxies and admin connections, the backends in bes, the data
+// directory. It returns err joined with any error from stopping them.
+func (c *Cluster) abandon(bes []backend, err error) (*Cluster, error) {
+	errs := []error{err}
+	for _, n := range c.nodes {
+		errs = append(errs, n.proxy.Close(), n.admin.Close())
+	}
+	for _, be := range bes {
+		if be != nil {
+			errs = append(errs, be.close())
+		}
+	}
+	if c.dir != "" {
+		errs = append(errs, os.RemoveAll(c.dir))
+	}
+	return nil, errors.Join(errs...)
 }
 
 // Backend returns the kind of the cluster's nodes.
