@@ -566,7 +566,15 @@ func (o *Oracle) History() History {
 
 // analyze fills in the derived fields of h.
 func (h *History) analyze(declaredClients, declaredNodes int) {
-	// Lanes.
+	h.lanes(declaredClients, declaredNodes)
+	h.intervalEnds()
+	h.markStaleWrites()
+	h.findViolations()
+}
+
+// lanes lists the clients and nodes that get a timeline lane, and ends the
+// open faults at h.End.
+func (h *History) lanes(declaredClients, declaredNodes int) {
 	cs := map[int]bool{}
 	for i := range declaredClients {
 		cs[i] = true
@@ -592,8 +600,11 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 			h.Faults[i].ToMS = durMS(h.Faults[i].To)
 		}
 	}
+}
 
-	// Interval ends.
+// intervalEnds fills in each hold's believed end (validity or release) and
+// acted end (its last write, if later).
+func (h *History) intervalEnds() {
 	for i := range h.Holds {
 		x := &h.Holds[i]
 		x.BelievedEnd = x.ValidUntil
@@ -610,9 +621,12 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 		x := &h.Holds[i]
 		x.BelievedEndMS, x.ActedEndMS = durMS(x.BelievedEnd), durMS(x.ActedEnd)
 	}
+}
 
-	// Stale writes: per resource, in order of `at` (stable), remember the
-	// latest acquisition time among holds whose writes were accepted.
+// markStaleWrites flags the stale writes: per resource, in order of `at`
+// (stable), it remembers the latest acquisition time among holds whose
+// writes were accepted.
+func (h *History) markStaleWrites() {
 	order := make([]int, len(h.Writes))
 	for i := range order {
 		order[i] = i
@@ -637,8 +651,11 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 			seen[w.Resource] = newest{acq, true}
 		}
 	}
+}
 
-	// Violations: sweep holds by start of the acted interval.
+// findViolations lists the mutual-exclusion violations: a sweep of the holds
+// by the start of their acted intervals.
+func (h *History) findViolations() {
 	byStart := h.holdsByAcquired()
 	h.Violations = []Violation{}
 	for i, a := range byStart {
