@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -70,22 +71,16 @@ func eachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 	}
 }
 
-// nodeRedis returns a go-redis client to addr with no command retries, one
-// dial attempt and context deadlines honoured, closed at the end of the test.
+// nodeRedis returns a go-redis client to addr with the settings Redlock uses
+// (redlock.NewNodeClient: no command retries, one dial attempt, context
+// deadlines honoured), closed at the end of the test.
 func nodeRedis(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                     addr,
-		Protocol:                 2,
-		DisableIdentity:          true,
-		MaxRetries:               -1,
-		DialerRetries:            1,
-		DialTimeout:              200 * time.Millisecond,
-		ReadTimeout:              2 * time.Second,
-		WriteTimeout:             2 * time.Second,
-		ContextTimeoutEnabled:    true,
-		PoolSize:                 2,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	rdb := redlock.NewNodeClient(addr, func(o *redis.Options) {
+		o.DialTimeout = 200 * time.Millisecond
+		o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second
+		o.PoolSize = 2
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb

@@ -15,6 +15,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/d3b93e30/redlock"
 )
 
 // startProxy returns a proxy in front of target, closed at the end of the test.
@@ -32,21 +34,15 @@ func startProxy(t *testing.T, target string) *Proxy {
 	return p
 }
 
-// newClient returns a go-redis client through p with no command retries and
-// one dial attempt, closed at the end of the test.
+// newClient returns a go-redis client through p with the settings Redlock
+// uses (redlock.NewNodeClient: no command retries, one dial attempt),
+// closed at the end of the test.
 func newClient(t *testing.T, p *Proxy) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  p.Addr(),
-		Protocol:              2,
-		DisableIdentity:       true,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
-		PoolSize:              4,
+	rdb := redlock.NewNodeClient(p.Addr(), func(o *redis.Options) {
+		o.DialTimeout = time.Second
+		o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second
+		o.PoolSize = 4
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
