@@ -211,7 +211,7 @@ func trialSeed(seed uint64, scenario string, trial int) uint64 {
 // UnsafeTrialLimit in all, and its notes say how many it took. progress, if
 // not nil, is called with a line after each trial. It returns an error only
 // when the harness itself fails (a node cannot be healed, or the porcupine
-// cross-check disagrees with the Oracle: see crossCheck); a fault the
+// cross-check disagrees with the oracle: see the package doc); a fault the
 // backend cannot produce makes the result Skipped.
 //
 // The verdict: Broken if any trial broke a promise of the library; else

@@ -46,14 +46,14 @@ const (
 // 1200 px wide; its height grows with the number of lanes. title is the
 // heading (escaped; may be empty).
 //
-// The x axis is time since Oracle.Start in milliseconds, from 0 to h.End (at
-// least 1 ms; events before 0 are clamped to the left edge). Each client in
-// h.Clients gets a lane showing its believed-held intervals as solid bars
-// labelled with the fencing token when it fits (hover titles carry the
-// details), the part of an acted interval after validity as a hatched bar,
-// writes as small marks (circle above the bar for any resource but
-// ResourceFenced, diamond below it for ResourceFenced; green accepted, grey
-// rejected, red ring when accepted and stale) and failed Acquire calls as
+// The x axis is time since the trial's start (h.Start) in milliseconds, from
+// 0 to h.End (at least 1 ms; events before 0 are clamped to the left edge).
+// Each client in h.Clients gets a lane showing its believed-held intervals as
+// solid bars labelled with the fencing token when it fits (hover titles carry
+// the details), the part of an acted interval after validity as a hatched
+// bar, writes as small marks (circle above the bar for the plain resource,
+// diamond below it for the fenced one; green accepted, grey rejected, red
+// ring when accepted and stale) and failed Acquire calls as
 // orange crosses. Each node in h.Nodes gets a lane at the bottom with its
 // fault bands, labelled with their description (overlapping bands are
 // stacked). Mutual-exclusion violations are drawn in red over the overlapping
