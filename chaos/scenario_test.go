@@ -58,10 +58,11 @@ func TestCatalogue_InProcess(t *testing.T) {
 	runCatalogue(t, InProcess)
 }
 
+// newTestCluster's clean-up then checks that Close left no redis-server
+// process running.
 func TestCatalogue_RedisServer(t *testing.T) {
 	redisserver.Require(t)
 	runCatalogue(t, RedisServer)
-	assert.Empty(t, redisserver.LivePids(), "redis-server processes left running")
 }
 
 // The client-pause scenario is Kleppmann's: the stale holder's write is
