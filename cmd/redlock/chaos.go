@@ -94,7 +94,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 		}
 	}
 	fs.StringVar(&f.backend, "backend", string(chaos.InProcess), "node backend: inprocess (miniredis, no set-up) or redis-server (real processes; needs redis-server on PATH)")
-	fs.IntVar(&f.nodes, "nodes", 5, "number of nodes N (at least 3 for most scenarios)")
+	fs.IntVar(&f.nodes, "nodes", chaos.DefaultNodes, "number of nodes N (at least 3 for most scenarios)")
 	fs.Func("scenario", "run only this scenario (repeatable; default all; see --list)", func(s string) error {
 		if _, ok := chaos.Find(s); !ok {
 			return fmt.Errorf("unknown scenario %q (see --list)", s)
