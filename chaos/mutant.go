@@ -34,7 +34,7 @@ type Mutant struct {
 }
 
 // The script texts the script mutants replace. They are the library's
-// scripts as of this commit: when a script changes, Mutant.Check (run by
+// scripts as of this commit: when a script changes, Mutant.check (run by
 // TestMutants_Apply) fails and these must be updated.
 const (
 	ownerCheck     = "if v == ARGV[1] then"
@@ -93,8 +93,8 @@ func Mutants() []Mutant {
 	}
 }
 
-// FindMutant returns the mutant with the given name.
-func FindMutant(name string) (Mutant, bool) {
+// findMutant returns the mutant with the given name.
+func findMutant(name string) (Mutant, bool) {
 	for _, m := range Mutants() {
 		if m.Name == name {
 			return m, true
@@ -103,10 +103,10 @@ func FindMutant(name string) (Mutant, bool) {
 	return Mutant{}, false
 }
 
-// Check reports an error when one of the mutant's script rewrites no longer
+// check reports an error when one of the mutant's script rewrites no longer
 // applies to the library's scripts (the script changed), or when the mutant
 // changes nothing at all.
-func (m Mutant) Check() error {
+func (m Mutant) check() error {
 	if m.NotCovered != "" {
 		return nil
 	}
