@@ -28,33 +28,39 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
-		// calls holds the node-call batches of earlier attempts still
-		// running; finished ones are dropped after each attempt, so a long
-		// wait keeps only a few whatever the number of attempts.
+		// calls holds the node-call batches of the latest attempt: its vote,
+		// write-back and clean-up, each closed once its node calls ended.
 		calls []<-chan struct{}
 		last  *QuorumError
 	)
-	// Before reporting a failure, wait for every node call of every attempt
-	// (each bounded by the per-node timeout): no key of ours may be left.
+	// waitAll waits for every node call of the latest attempt (each bounded
+	// by the per-node timeout), then forgets them.
 	waitAll := func() {
 		for _, done := range calls {
 			<-done
 		}
+		clear(calls)
+		calls = calls[:0]
 	}
 	for attempt := 1; ; attempt++ {
+		// An attempt starts only once the last one's node calls have ended
+		// (its clean-up included; they ran during the retry delay): attempts
+		// never overlap on a node, so the clean-up has deleted the last
+		// attempt's key before the next SET NX could find it, and a long
+		// wait holds one attempt's calls, goroutines and pooled connections
+		// whatever the number of attempts.
+		waitAll()
 		if c.closed.Load() {
-			waitAll()
 			return nil, ErrClosed
 		}
 		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
 		if err != nil { // the owner generator failed: nothing was sent
-			waitAll()
 			return nil, err
 		}
-		calls = appendRunning(calls, started...)
+		calls = append(calls, started...)
 		if lock != nil {
-			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, still run: the lock's Release waits for them.
+			// The stragglers of this attempt may still run: the lock's
+			// Release waits for them.
 			lock.attempts = attempt
 			lock.state = &lockState{}
 			for _, done := range calls {
@@ -86,21 +92,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		last.Cause = err
 	}
 	return nil, last
-}
-
-// appendRunning drops the batches in calls that have ended, then appends
-// more, reusing calls' array.
-func appendRunning(calls []<-chan struct{}, more ...<-chan struct{}) []<-chan struct{} {
-	running := calls[:0]
-	for _, done := range calls {
-		select {
-		case <-done:
-		default:
-			running = append(running, done)
-		}
-	}
-	clear(calls[len(running):]) // let the ended ones be collected
-	return append(running, more...)
 }
 
 // attempt states, read by late replies to know what they still need.
