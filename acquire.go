@@ -258,11 +258,15 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
 
 	start := time.Now()
+	// On the nodes Dial connected to, a call may wait for a free connection
+	// (nodequeue.go) as long as an answer could still leave the lock some
+	// validity; the wait counts in the elapsed time, measured from start.
+	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity))
 	a.replied = make([]chan struct{}, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
-	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	acq, doneAcq := c.vote(voteCtx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
 		return a.grant(ctx, n)
 	}, a.late)
@@ -277,7 +281,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok && cfg.fencing {
 		token = grants.token()
 		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, done := a.writeBack(ctx, grants, token)
+			fence, done := a.writeBack(voteCtx, grants, token)
 			started = append(started, done)
 			if fence.granted < c.quorum {
 				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
@@ -304,10 +308,11 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		}, nil, started, nil
 	}
 
-	// Failed: release on every node, those that refused included.
+	// Failed: release on every node, those that refused included. Its calls
+	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner)
-	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, doneRel := c.vote(c.withQueueBy(a.ctx, start.Add(ttl)), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)

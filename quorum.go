@@ -141,7 +141,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		}
 	}
 
-	nodeCtx, cancel := context.WithTimeout(ctx, timeout)
+	nodeCtx, expired, cancel := c.nodeContext(ctx, timeout) // nodequeue.go
 	var g errgroup.Group
 	untrack := c.track()
 	for i, nd := range c.nodes {
@@ -206,15 +206,16 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		return t.granted >= need || answered == n || possible < need
 	}
 
-	// The node context's Done fires at the per-node timeout or when ctx
-	// ends, whichever is first, even if a node call ignores its context
-	// (a user's client without ContextTimeoutEnabled).
+	// expired fires at the per-node timeout (after the wait for a slot on
+	// nodes with a queue, see nodeContext) or when ctx ends, whichever is
+	// first, even if a node call ignores its context (a user's client
+	// without ContextTimeoutEnabled).
 	byClock := false
 	for !byClock && !decide() {
 		select {
 		case r := <-replies:
 			record(r)
-		case <-nodeCtx.Done():
+		case <-expired:
 			byClock = true
 		}
 	}
