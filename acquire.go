@@ -116,6 +116,11 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	// decided is closed by decide: the attempt's calls still waiting for
+	// a node's turn (nodequeue.go) are then not sent. A straggler would
+	// only set a key to be written back or deleted, and the Lock's Release
+	// would wait for it.
+	decided chan struct{}
 	// replied[i] is closed once node i's acquire call has returned: its
 	// SET has run, or the call failed. Release sends node i its delete only
 	// then, so a delete never overtakes its own SET.
@@ -171,6 +176,9 @@ func (a *acquisition) decide(st int32, token uint64) {
 	early := a.early
 	a.early = nil
 	a.mu.Unlock()
+	if a.decided != nil {
+		close(a.decided)
+	}
 	if st == failed || len(early) == 0 {
 		return
 	}
@@ -260,8 +268,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	start := time.Now()
 	// On the nodes Dial connected to, a call may wait for a free connection
 	// (nodequeue.go) as long as an answer could still leave the lock some
-	// validity; the wait counts in the elapsed time, measured from start.
-	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity))
+	// validity, and until the attempt is decided; the wait counts in the
+	// elapsed time, measured from start.
+	if c.queued {
+		a.decided = make(chan struct{})
+	}
+	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
 	a.replied = make([]chan struct{}, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
@@ -312,7 +324,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner)
-	_, doneRel := c.vote(c.withQueueBy(a.ctx, start.Add(ttl)), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, doneRel := c.vote(c.withQueueBy(a.ctx, start.Add(ttl), nil), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)

@@ -13,6 +13,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -141,11 +142,17 @@ func (q *nodeQueue) wait(ctx context.Context, nc *nodeCall) error {
 		return nil
 	case <-nc.outer.Done():
 		return nc.outer.Err()
+	case <-nc.unwanted:
+		return errUnwanted
 	case <-t.C:
 		return fmt.Errorf("redlock: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
 			nc.queueBy.Sub(nc.start).Round(time.Microsecond), cap(q.slots), context.DeadlineExceeded)
 	}
 }
+
+// errUnwanted is what a call returns that was still waiting for its turn
+// when the operation that made it no longer needed it: it was never sent.
+var errUnwanted = errors.New("redlock: not sent: the vote was decided while the call waited for a free connection")
 
 type nodeCallKey struct{}
 
@@ -158,6 +165,7 @@ type nodeCall struct {
 	outer           context.Context
 	start, queueBy  time.Time
 	timeout         time.Duration
+	unwanted        <-chan struct{} // see withQueueBy
 }
 
 func (nc *nodeCall) Value(key any) any {
@@ -169,28 +177,31 @@ func (nc *nodeCall) Value(key any) any {
 
 type queueByKey struct{}
 
-// queueBy carries the latest time at which a vote's node calls may still
-// get their slot (see withQueueBy).
+// queueBy carries how long a vote's node calls may wait for their turn (see
+// withQueueBy).
 type queueBy struct {
 	context.Context
-	by time.Time
+	by       time.Time
+	unwanted <-chan struct{}
 }
 
 func (q *queueBy) Value(key any) any {
 	if key == (queueByKey{}) {
-		return q.by
+		return q
 	}
 	return q.Context.Value(key)
 }
 
-// withQueueBy lets the votes made with ctx wait for a node's slot until by
-// (default: one per-node timeout from the vote's start). It returns ctx as
-// it is when the nodes have no queue.
-func (c *Client) withQueueBy(ctx context.Context, by time.Time) context.Context {
+// withQueueBy lets the votes made with ctx wait for a node's turn until by
+// (default: one per-node timeout from the vote's start), and not at all once
+// unwanted is closed (nil: never): a call still waiting then is not sent,
+// and its vote receives errUnwanted. It returns ctx as it is when the nodes
+// have no queue.
+func (c *Client) withQueueBy(ctx context.Context, by time.Time, unwanted <-chan struct{}) context.Context {
 	if !c.queued {
 		return ctx
 	}
-	return &queueBy{Context: ctx, by: by}
+	return &queueBy{Context: ctx, by: by, unwanted: unwanted}
 }
 
 // nodeContext returns the context of one vote's node calls, which ends at
@@ -204,9 +215,9 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 		return nodeCtx, nodeCtx.Done(), cancel
 	}
 	start := time.Now()
-	by := start.Add(timeout)
-	if t, ok := ctx.Value(queueByKey{}).(time.Time); ok {
-		by = t
+	by, unwanted := start.Add(timeout), (<-chan struct{})(nil)
+	if q, ok := ctx.Value(queueByKey{}).(*queueBy); ok {
+		by, unwanted = q.by, q.unwanted
 	}
 	if by.Before(start) {
 		by = start // the budget is spent: a slot now or never
@@ -214,5 +225,5 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 	outer, cancelOuter := context.WithDeadline(ctx, by.Add(timeout))
 	inner, cancelInner := context.WithDeadline(outer, start.Add(timeout))
 	cancel = func() { cancelInner(); cancelOuter() }
-	return &nodeCall{Context: inner, outer: outer, start: start, queueBy: by, timeout: timeout}, outer.Done(), cancel
+	return &nodeCall{Context: inner, outer: outer, start: start, queueBy: by, timeout: timeout, unwanted: unwanted}, outer.Done(), cancel
 }

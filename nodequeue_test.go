@@ -170,3 +170,56 @@ func TestDial_QueueWaitEndsWithTheAttemptsBudget(t *testing.T) {
 		assert.Positive(t, queueFulls.Load(), "the calls still queued at the budget's end give up")
 	})
 }
+
+// TestDial_DecidedVoteDropsQueuedCalls: a call still waiting for its turn
+// when its attempt is decided is not sent: a straggler would only set a key
+// to be cleaned up, load a busy node further, and hold up the Lock's
+// Release. Node 2 takes 50 ms per call, nodes 0 and 1 take 10 ms: the 40
+// acquisitions are all decided by nodes 0 and 1 within 200 ms, by which time
+// node 2 has had about 10 of them; the rest are never sent to it.
+func TestDial_DecidedVoteDropsQueuedCalls(t *testing.T) {
+	const calls = 40
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		count, _, timedOut := acquireCounter()
+		nodes, rl := dialCluster(t, 3, 2, count)
+		var ran [3]atomic.Int64
+		for i, n := range nodes {
+			d := 10 * time.Millisecond
+			if i == 2 {
+				d = 50 * time.Millisecond
+			}
+			n.SlowIf(d, func(cmd string, args []string) bool {
+				if isScript("acquire", cmd, args) {
+					ran[i].Add(1)
+				}
+				return cmd == "EVALSHA" || cmd == "EVAL"
+			})
+		}
+		locks := make([]*redlock.Lock, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				l, err := rl.TryAcquire(ctx, fmt.Sprintf("job-%02d", i), 10*time.Second)
+				if assert.NoError(t, err, "call %d", i) {
+					locks[i] = l
+				}
+			})
+		}
+		wg.Wait()
+		for i, l := range locks {
+			if l != nil {
+				require.NoError(t, l.Release(ctx), "call %d", i)
+			}
+		}
+		synctest.Wait()
+		t.Logf("acquire scripts run per node: %d, %d, %d", ran[0].Load(), ran[1].Load(), ran[2].Load())
+		assert.LessOrEqual(t, ran[2].Load(), int64(calls/2), "node 2 ran the calls decided before their turn")
+		assert.Zero(t, timedOut.Load(), "node results reported timed out")
+		for i := range calls {
+			for j, n := range nodes {
+				assert.False(t, n.Has(fmt.Sprintf("job-%02d", i)), "node %d holds job-%02d", j, i)
+			}
+		}
+	})
+}
