@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,28 +29,34 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
-		// calls holds the node-call batches of earlier attempts still
-		// running; finished ones are dropped after each attempt, so a long
-		// wait keeps only a few whatever the number of attempts.
+		// calls holds the node-call batches of the latest attempt: its vote,
+		// write-back and clean-up, each closed once its node calls ended.
 		calls []<-chan struct{}
 		last  *QuorumError
 	)
-	// Before reporting a failure, wait for every node call of every attempt
-	// (each bounded by the per-node timeout): no key of ours may be left.
+	// waitAll waits for every node call of the latest attempt (each bounded
+	// by the per-node timeout), then forgets them.
 	waitAll := func() {
 		for _, done := range calls {
 			<-done
 		}
+		clear(calls)
+		calls = calls[:0]
 	}
 	for attempt := 1; ; attempt++ {
+		// An attempt starts only once the last one's node calls have ended
+		// (its clean-up included; they ran during the retry delay): attempts
+		// never overlap on a node, so the clean-up has deleted the last
+		// attempt's key before the next SET NX could find it, and a long
+		// wait holds one attempt's calls, goroutines and pooled connections
+		// whatever the number of attempts.
+		waitAll()
 		if c.closed.Load() {
-			waitAll()
 			return nil, ErrClosed
 		}
-		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg, appendRunning(calls))
+		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg, calls)
 		calls = started
 		if err != nil { // the owner generator failed: nothing was sent
-			waitAll()
 			return nil, err
 		}
 		if lock != nil {
@@ -89,22 +96,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 // errShed is the error of a call not sent to a node because that node
 // already had too many calls of this Client running (Client.enter): for the
 // vote, the node did not answer in time.
-var errShed = fmt.Errorf("redlock: not sent: the node has too many calls in flight: %w", context.DeadlineExceeded)
-
-// appendRunning drops the batches in calls that have ended, then appends
-// more, reusing calls' array.
-func appendRunning(calls []<-chan struct{}, more ...<-chan struct{}) []<-chan struct{} {
-	running := calls[:0]
-	for _, done := range calls {
-		select {
-		case <-done:
-		default:
-			running = append(running, done)
-		}
-	}
-	clear(calls[len(running):]) // let the ended ones be collected
-	return append(running, more...)
-}
+var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", errNotSent, context.DeadlineExceeded)
 
 // attempt states, read by late replies to know what they still need.
 const (
@@ -128,6 +120,11 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	// decided is closed by decide: the attempt's calls still waiting for
+	// a node's turn (nodequeue.go) are then not sent. A straggler would
+	// only set a key to be written back or deleted, and the Lock's Release
+	// would wait for it.
+	decided chan struct{}
 	// replied[i] is closed once node i's acquire call has returned: its
 	// SET has run, or the call failed. Release sends node i its delete only
 	// then, so a delete never overtakes its own SET.
@@ -141,6 +138,9 @@ type acquisition struct {
 	// 2 once it ended.
 	running []atomic.Int32
 	call    *scriptCall // the acquire script's command, the same for every node
+	// expires is when the attempt's keys expire at the latest (its start
+	// plus the TTL): a clean-up may wait for a node's turn until then.
+	expires time.Time
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -205,6 +205,9 @@ func (a *acquisition) decide(st int32, token uint64) {
 	early := a.early
 	a.early = nil
 	a.mu.Unlock()
+	if a.decided != nil {
+		close(a.decided)
+	}
 	if st == failed || len(early) == 0 {
 		return
 	}
@@ -228,7 +231,9 @@ func (a *acquisition) decide(st int32, token uint64) {
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
-		a.c.releaseNode(context.WithoutCancel(a.ctx), n, a.keys[:1], a.owner, a.timeout)
+		ctx, cancel := a.c.cleanupContext(a.ctx, a.expires, a.timeout)
+		defer cancel()
+		a.c.releaseOp(ctx, n, a.keys[:1], a.owner)
 		return
 	}
 	if a.released.Load() {
@@ -293,12 +298,21 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
 
 	start := time.Now()
+	a.expires = start.Add(ttl)
+	// On the nodes Dial connected to, a call may wait for a free connection
+	// (nodequeue.go) as long as an answer could still leave the lock some
+	// validity, and until the attempt is decided; the wait counts in the
+	// elapsed time, measured from start.
+	if c.queued {
+		a.decided = make(chan struct{})
+	}
+	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
 	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
 	a.running = make([]atomic.Int32, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
-	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	acq, doneAcq := c.vote(voteCtx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
 		defer func() {
 			if a.running[n.idx].Swap(2) == 1 {
@@ -311,7 +325,11 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			return reply{err: errShed}
 		}
 		defer exit()
-		return a.grant(ctx, n)
+		r := a.grant(ctx, n)
+		if errors.Is(r.err, errNotSent) {
+			a.unsent[n.idx] = true // the node's queue dropped it: no clean-up
+		}
+		return r
 	}, a.late)
 	started := append(calls, doneAcq)
 	for i, n := range c.nodes {
@@ -329,7 +347,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok && cfg.fencing {
 		token = grants.token()
 		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, done := a.writeBack(ctx, grants, token)
+			fence, done := a.writeBack(voteCtx, grants, token)
 			started = append(started, done)
 			if fence.granted < c.quorum {
 				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
@@ -356,10 +374,11 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		}, nil, started, nil
 	}
 
-	// Failed: release on every node, those that refused included.
+	// Failed: release on every node, those that refused included. Its calls
+	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
-	_, doneRel := c.vote(context.WithoutCancel(ctx), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, doneRel := c.vote(c.withQueueBy(context.WithoutCancel(ctx), start.Add(ttl), nil), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
 		select {
 		case <-a.replied[n.idx]:
 			if a.unsent[n.idx] {

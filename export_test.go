@@ -27,3 +27,10 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 	}
 	return nil
 }
+
+// DialWith is Dial with adjust applied to node i's go-redis options before
+// its client is made: tests give the nodes an in-memory dialer and a small
+// connection pool.
+func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Option) (*Client, error) {
+	return dial(urls, adjust, opts)
+}

@@ -151,12 +151,6 @@ func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner st
 	return reply{code: code, err: err}
 }
 
-func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner string, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c.releaseOp(ctx, n, keys, owner)
-}
-
 // Release deletes the lock key on every node where it still holds this
 // lock's owner value, and returns as soon as a majority (N/2+1) of the nodes
 // decided the result: it does not wait for the other nodes, whose deletes
@@ -232,6 +226,9 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	}
 	call.forNodes(len(c.nodes))
 	timeout := l.cfg.timeoutFor(l.ttl)
+	// The keys expire at the latest at the last extension's (or the
+	// acquisition's) start plus its TTL: validUntil plus the drift allowance.
+	keysEnd := l.validUntil.Add(Drift(l.ttl, l.cfg.driftFactor))
 	// The vote decides once a majority deleted the key (or can no longer);
 	// the replies it did not wait for come here, for the rarer results that
 	// "not held" answers decide (releaseCount).
@@ -258,7 +255,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 				defer exit()
 				n.late.Add(1) // it follows a straggler
 				defer n.late.Add(-1)
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+				dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 				defer cancel()
 				code, err := call.run(dctx, n).Int64()
 				return reply{code: code, err: err}
@@ -269,7 +266,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		}
 		exit, _ := c.enter(n, false)
 		defer exit()
-		code, err := call.run(ctx, n).Int64()
+		// The delete may wait for the node's turn until the key would
+		// expire anyway (cleanupContext); the vote does not wait that long.
+		dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+		defer cancel()
+		code, err := call.run(dctx, n).Int64()
 		return reply{code: code, err: err}
 	}, func(r reply) { late <- r })
 	rc := countRelease(t, c.quorum)

@@ -126,7 +126,8 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 
 	// One goroutine per node call and no other: the last call to finish
 	// ends the vote's context and closes done (no waiter goroutine).
-	b.ctx, b.cancel = context.WithTimeout(ctx, timeout)
+	var expired <-chan struct{}
+	b.ctx, expired, b.cancel = c.nodeContext(ctx, timeout) // nodequeue.go
 	b.untrack = c.track()
 	b.running.Store(int32(n))
 	for i, nd := range c.nodes {
@@ -174,15 +175,16 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		return t.granted >= need || answered == n || possible < need
 	}
 
-	// The node context's Done fires at the per-node timeout or when ctx
-	// ends, whichever is first, even if a node call ignores its context
-	// (a user's client without ContextTimeoutEnabled).
+	// expired fires at the per-node timeout (after the wait for a slot on
+	// nodes with a queue, see nodeContext) or when ctx ends, whichever is
+	// first, even if a node call ignores its context (a user's client
+	// without ContextTimeoutEnabled).
 	byClock := false
 	for !byClock && !decide() {
 		select {
 		case r := <-b.replies:
 			record(r)
-		case <-b.ctx.Done():
+		case <-expired:
 			byClock = true
 		}
 	}

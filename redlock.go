@@ -67,6 +67,7 @@ type node struct {
 	// connection pool's size (lateLimit, 0: no limit). See Client.enter.
 	backlog, late atomic.Int32
 	lateLimit     int32
+	queue         *nodeQueue // nil for clients the user owns (nodequeue.go)
 }
 
 // limitBacklog sets the node's limit from its client's connection pool,
@@ -121,6 +122,7 @@ type Client struct {
 	nodes    []*node
 	quorum   int
 	cfg      config
+	queued   bool // every node has a queue: the client dialed them (Dial)
 	inflight sync.WaitGroup
 	closed   atomic.Bool
 	// closeMu orders track's Add against Close's Wait (a WaitGroup must not
@@ -180,13 +182,22 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 // "redis://user:password@host:port/db" for ACL users (see redis.ParseURL),
 // or plain "host:port", which means "redis://host:port".
 // Its connections never re-send a command, honour the per-node timeout, and
-// make one quick dial attempt; Close closes them. Dial does not contact the
+// make one quick dial attempt; Close closes them. It runs at most a node's
+// connection pool's size of commands on it at once (PoolSize, a URL parameter
+// pool_size; default 10 per CPU), and a command's per-node timeout starts
+// when it has its turn (see WithNodeTimeout). Dial does not contact the
 // nodes, so it cannot tell one server named twice by different host names
 // (127.0.0.1 and localhost): only the same address spelled the same way.
 //
 // It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
 // outside 1..65535, the same address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
+	return dial(urls, nil, opts)
+}
+
+// dial is Dial; adjust, when not nil, may change node i's options before its
+// client is made (tests give the nodes an in-memory dialer).
+func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*Client, error) {
 	nodes := make([]*node, len(urls))
 	parsed := make([]*redis.Options, len(urls))
 	for i, u := range urls {
@@ -207,10 +218,16 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	for i, n := range c.nodes {
+		if adjust != nil {
+			adjust(i, parsed[i])
+		}
 		rc := redis.NewClient(parsed[i])
+		n.queue = newNodeQueue(rc.Options().PoolSize)
+		rc.AddHook(n.queue)
 		n.client, n.closer = rc, rc.Close
 		n.limitBacklog(rc)
 	}
+	c.queued = true
 	return c, nil
 }
 
@@ -251,7 +268,9 @@ func tuneOptions(o *redis.Options) {
 // NewNodeClient returns a go-redis client for one node at addr ("host:port")
 // with the settings Redlock needs (see Dial). Use it with New when you need
 // your own dialer or TLS configuration; extra may adjust the options before
-// the client is made (it may be nil).
+// the client is made (it may be nil). A Client made by New over such clients
+// does not queue its commands itself, so the per-node timeout also covers the
+// wait for a free connection of the client's pool (see WithNodeTimeout).
 func NewNodeClient(addr string, extra func(*redis.Options)) *redis.Client {
 	o := &redis.Options{Addr: addr}
 	tuneOptions(o)

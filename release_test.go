@@ -546,10 +546,13 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 		assert.Zero(t, time.Since(start), "the slow node costs nothing")
 		// job0's acquire to node 2 outlived its vote: node 2 is at its
 		// limit of one late call while nodes 0 and 1 keep up.
+		// Its shed reply comes at once, but may still come after nodes 0
+		// and 1 decided the vote (then it shows as pending).
 		for _, l := range locks[1:] {
-			shed := l.Nodes()[2]
-			assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
-			assert.ErrorContains(t, shed.Err, "not sent")
+			if shed := l.Nodes()[2]; shed.Outcome != redlock.OutcomePending {
+				assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
+				assert.ErrorContains(t, shed.Err, "not sent")
+			}
 		}
 		require.NoError(t, rl.Close())
 		require.NoError(t, slowRC.Close())
