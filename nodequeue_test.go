@@ -105,6 +105,8 @@ func TestDial_BurstOnASmallPool_NoNodeTimedOut(t *testing.T) {
 				require.NoError(t, l.Release(ctx), "call %d", i)
 			}
 		}
+		// Release returns at its majority; Close waits for the other deletes.
+		require.NoError(t, rl.Close())
 		synctest.Wait()
 		for i := range calls {
 			for j, n := range nodes {
