@@ -12,10 +12,13 @@ package redlock
 // the attempt's start, as before.
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,18 +29,121 @@ import (
 // start-up, not queueing, and saves a context per command.
 const queueSlack = time.Millisecond
 
-// nodeQueue admits at most cap(slots) commands at once to one node, in the
-// order they came: a go-redis hook on a client Dial made, before the
-// client's pool hands out a connection.
+// nodeQueue admits at most size commands at once to one node: a go-redis
+// hook on a client Dial made, before the client's pool hands out a
+// connection. Waiting commands are admitted in the order of their turn (see
+// turn), not of their arrival: every node of a Client then serves the same
+// attempts first, and the calls that fit in an attempt's budget on one node
+// belong to the attempts that fit on the others, so they make majorities.
+// In arrival order each node would serve a different subset of the waiting
+// attempts, and few of them would reach a majority in time.
+//
+// Whoever frees a slot hands it to the first waiter by closing that
+// waiter's channel: no goroutine beyond the waiting caller, and a wait that
+// testing/synctest sees as durably blocked.
 type nodeQueue struct {
-	slots chan struct{}
+	size    int
+	mu      sync.Mutex
+	busy    int     // slots taken; while a command waits, busy == size
+	waiting waiters // a min-heap on turn
 }
 
 func newNodeQueue(size int) *nodeQueue {
-	return &nodeQueue{slots: make(chan struct{}, max(size, 1))}
+	return &nodeQueue{size: max(size, 1)}
 }
 
-func (q *nodeQueue) free() { <-q.slots }
+// turn is a command's place in the queues of a Client's nodes: the start of
+// the attempt (or vote) it belongs to, ties broken by a sequence number
+// taken at that start. Every node call of one vote carries the same turn,
+// so all the nodes order them alike.
+type turn struct {
+	at  time.Time
+	seq uint64
+}
+
+// turnSeq numbers turns. It is shared by every Client, which keeps it
+// strictly increasing within each.
+var turnSeq atomic.Uint64
+
+func nextTurn(at time.Time) turn { return turn{at: at, seq: turnSeq.Add(1)} }
+
+func (t turn) before(u turn) bool {
+	if !t.at.Equal(u.at) {
+		return t.at.Before(u.at)
+	}
+	return t.seq < u.seq
+}
+
+// waiter is one command waiting for a slot.
+type waiter struct {
+	turn
+	ready chan struct{} // closed when the waiter has been given a slot
+	i     int           // index in nodeQueue.waiting; -1 once out of it
+}
+
+type waiters []*waiter
+
+func (w waiters) Len() int           { return len(w) }
+func (w waiters) Less(i, j int) bool { return w[i].before(w[j].turn) }
+func (w waiters) Swap(i, j int) {
+	w[i], w[j] = w[j], w[i]
+	w[i].i, w[j].i = i, j
+}
+func (w *waiters) Push(x any) {
+	x.(*waiter).i = len(*w)
+	*w = append(*w, x.(*waiter))
+}
+func (w *waiters) Pop() any {
+	old := *w
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*w = old[:len(old)-1]
+	x.i = -1
+	return x
+}
+
+// take takes a free slot (nil) or queues a waiter for one. The waiter's turn
+// is nc's, or for a command outside a vote, its arrival.
+func (q *nodeQueue) take(nc *nodeCall) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.busy < q.size {
+		q.busy++
+		return nil
+	}
+	w := &waiter{ready: make(chan struct{})}
+	if nc != nil {
+		w.turn = nc.turn
+	} else {
+		w.turn = nextTurn(time.Now())
+	}
+	heap.Push(&q.waiting, w)
+	return w
+}
+
+// free frees a slot: it goes to the first waiter, if any.
+func (q *nodeQueue) free() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		q.busy--
+		return
+	}
+	close(heap.Pop(&q.waiting).(*waiter).ready)
+}
+
+// leave takes w out of the queue. If w was given its slot meanwhile, it
+// frees it for the next waiter.
+func (q *nodeQueue) leave(w *waiter) {
+	q.mu.Lock()
+	if w.i >= 0 {
+		heap.Remove(&q.waiting, w.i)
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Unlock()
+	q.free()
+}
 
 // DialHook implements redis.Hook: dials are not limited.
 func (q *nodeQueue) DialHook(next redis.DialHook) redis.DialHook {
@@ -107,47 +213,48 @@ func (a *admitted) Value(key any) any {
 // (a late grant's clean-up, for instance) waits within its own context.
 func (q *nodeQueue) admit(ctx context.Context) (context.Context, func(), error) {
 	nc, _ := ctx.Value(nodeCallKey{}).(*nodeCall)
-	select {
-	case q.slots <- struct{}{}:
-		if nc == nil || time.Since(nc.start) < queueSlack {
-			return &admitted{Context: ctx, q: q}, q.free, nil
-		}
-	default:
-		if err := q.wait(ctx, nc); err != nil {
+	if w := q.take(nc); w != nil {
+		if err := q.wait(ctx, nc, w); err != nil {
 			return nil, nil, err
 		}
 		if nc == nil {
 			return &admitted{Context: ctx, q: q}, q.free, nil
 		}
+	} else if nc == nil || time.Since(nc.start) < queueSlack {
+		return &admitted{Context: ctx, q: q}, q.free, nil
 	}
 	cctx, cancel := context.WithTimeout(nc.outer, nc.timeout)
 	return &admitted{Context: cctx, q: q}, func() { cancel(); q.free() }, nil
 }
 
-// wait blocks until a slot is taken, the vote's queue deadline passes, or
+// wait blocks until w is given a slot, the vote's queue deadline passes, or
 // the context ends.
-func (q *nodeQueue) wait(ctx context.Context, nc *nodeCall) error {
+func (q *nodeQueue) wait(ctx context.Context, nc *nodeCall, w *waiter) error {
+	var err error
 	if nc == nil {
 		select {
-		case q.slots <- struct{}{}:
+		case <-w.ready:
 			return nil
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+	} else {
+		t := time.NewTimer(time.Until(nc.queueBy))
+		defer t.Stop()
+		select {
+		case <-w.ready:
+			return nil
+		case <-nc.outer.Done():
+			err = nc.outer.Err()
+		case <-nc.unwanted:
+			err = errUnwanted
+		case <-t.C:
+			err = fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
+				errNotSent, nc.queueBy.Sub(nc.start).Round(time.Microsecond), q.size, context.DeadlineExceeded)
 		}
 	}
-	t := time.NewTimer(time.Until(nc.queueBy))
-	defer t.Stop()
-	select {
-	case q.slots <- struct{}{}:
-		return nil
-	case <-nc.outer.Done():
-		return nc.outer.Err()
-	case <-nc.unwanted:
-		return errUnwanted
-	case <-t.C:
-		return fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
-			errNotSent, nc.queueBy.Sub(nc.start).Round(time.Microsecond), cap(q.slots), context.DeadlineExceeded)
-	}
+	q.leave(w)
+	return err
 }
 
 // errNotSent is wrapped by the error of every node call that was never
@@ -171,6 +278,7 @@ type nodeCall struct {
 	start, queueBy  time.Time
 	timeout         time.Duration
 	unwanted        <-chan struct{} // see withQueueBy
+	turn            turn            // the calls' place in the nodes' queues
 }
 
 func (nc *nodeCall) Value(key any) any {
@@ -188,6 +296,7 @@ type queueBy struct {
 	context.Context
 	by       time.Time
 	unwanted <-chan struct{}
+	turn     turn // taken when the queueBy is made: see withQueueBy
 }
 
 func (q *queueBy) Value(key any) any {
@@ -201,12 +310,13 @@ func (q *queueBy) Value(key any) any {
 // (default: one per-node timeout from the vote's start), and not at all once
 // unwanted is closed (nil: never): a call still waiting then is not sent,
 // and its vote receives errUnwanted. It returns ctx as it is when the nodes
-// have no queue.
+// have no queue. Those votes share one turn in the nodes' queues, taken now:
+// an attempt's later votes (a write-back) keep the attempt's place.
 func (c *Client) withQueueBy(ctx context.Context, by time.Time, unwanted <-chan struct{}) context.Context {
 	if !c.queued {
 		return ctx
 	}
-	return &queueBy{Context: ctx, by: by, unwanted: unwanted}
+	return &queueBy{Context: ctx, by: by, unwanted: unwanted, turn: nextTurn(time.Now())}
 }
 
 // nodeContext returns the context of one vote's node calls, which ends at
@@ -220,9 +330,11 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 		return nodeCtx, nodeCtx.Done(), cancel
 	}
 	start := time.Now()
-	by, unwanted := start.Add(timeout), (<-chan struct{})(nil)
+	by, unwanted, turn := start.Add(timeout), (<-chan struct{})(nil), turn{}
 	if q, ok := ctx.Value(queueByKey{}).(*queueBy); ok {
-		by, unwanted = q.by, q.unwanted
+		by, unwanted, turn = q.by, q.unwanted, q.turn
+	} else {
+		turn = nextTurn(start)
 	}
 	if by.Before(start) {
 		by = start // the budget is spent: a slot now or never
@@ -230,7 +342,7 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 	outer, cancelOuter := context.WithDeadline(ctx, by.Add(timeout))
 	inner, cancelInner := context.WithDeadline(outer, start.Add(timeout))
 	cancel = func() { cancelInner(); cancelOuter() }
-	return &nodeCall{Context: inner, outer: outer, start: start, queueBy: by, timeout: timeout, unwanted: unwanted}, outer.Done(), cancel
+	return &nodeCall{Context: inner, outer: outer, start: start, queueBy: by, timeout: timeout, unwanted: unwanted, turn: turn}, outer.Done(), cancel
 }
 
 // cleanupContext returns the context of one clean-up call (a delete) to a

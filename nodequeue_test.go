@@ -123,8 +123,19 @@ func TestDial_BurstOnASmallPool_NoNodeTimedOut(t *testing.T) {
 // no lock is handed out with less validity than TTL − elapsed − drift from
 // the attempt's start. Here: 20 acquisitions at once, one connection per
 // node, 10 ms per call, a 100 ms TTL and a 20 ms per-node timeout: the budget
-// ends 76 ms after the start, when about 8 calls per node have had their
-// turn.
+// ends 76 ms after the start, when 8 calls per node have had their turn (at
+// 0, 10, …, 70 ms).
+//
+// The nodes admit the waiting calls in the same order, their attempts'
+// start, so those 8 turns go to the same attempts on every node. A node's
+// first call is whichever came first (its connection was free); its other 7
+// turns go to the oldest attempts it has not served, decided attempts
+// dropping their waiting calls. So, without fencing write-backs (which take
+// turns of their own), the 7 oldest attempts each have every node's grant or
+// a majority's: at least 7 locks, and no lost attempt had its turn on a node
+// before a won one (except a won attempt that was some node's first call).
+// In arrival order each node would serve its own subset of the attempts,
+// and few would reach a majority in time.
 func TestDial_QueueWaitEndsWithTheAttemptsBudget(t *testing.T) {
 	const (
 		calls   = 20
@@ -132,45 +143,116 @@ func TestDial_QueueWaitEndsWithTheAttemptsBudget(t *testing.T) {
 		ttl     = 100 * time.Millisecond
 		timeout = 20 * time.Millisecond
 	)
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		nodes, rl := dialCluster(t, 3, 1, redlock.WithNodeTimeout(timeout))
-		for _, n := range nodes {
-			n.Slow(delay)
-		}
-		drift := redlock.Drift(ttl, redlock.DefaultDriftFactor)
-		start := time.Now()
-		var (
-			wg         sync.WaitGroup
-			won, lost  atomic.Int64
-			queueFulls atomic.Int64
-		)
-		for i := range calls {
-			wg.Go(func() {
-				l, err := rl.TryAcquire(ctx, fmt.Sprintf("job-%02d", i), ttl)
-				if err == nil {
-					won.Add(1)
-					assert.Equal(t, ttl-time.Since(start)-drift, l.Validity(), "call %d: validity from the attempt's start", i)
-					assert.Positive(t, l.Validity(), "call %d", i)
+	for _, tc := range []struct {
+		fencing bool
+		minWon  int64
+	}{
+		{fencing: false, minWon: 7},
+		{fencing: true, minWon: 1}, // write-backs take some of the 8 turns
+	} {
+		t.Run(fmt.Sprintf("fencing=%v", tc.fencing), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				nodes, rl := dialCluster(t, 3, 1, redlock.WithNodeTimeout(timeout), redlock.WithFencing(tc.fencing))
+				var mu sync.Mutex
+				ran := make([][]string, len(nodes)) // the keys of the acquire calls each node ran, in order
+				for i, n := range nodes {
+					n.SlowIf(delay, func(cmd string, args []string) bool {
+						if isScript("acquire", cmd, args) {
+							mu.Lock()
+							ran[i] = append(ran[i], args[2])
+							mu.Unlock()
+						}
+						return cmd == "EVALSHA" || cmd == "EVAL"
+					})
+				}
+				drift := redlock.Drift(ttl, redlock.DefaultDriftFactor)
+				start := time.Now()
+				var (
+					wg         sync.WaitGroup
+					won, lost  atomic.Int64
+					queueFulls atomic.Int64
+					winners    sync.Map // key → true
+				)
+				for i := range calls {
+					wg.Go(func() {
+						key := fmt.Sprintf("job-%02d", i)
+						l, err := rl.TryAcquire(ctx, key, ttl)
+						if err == nil {
+							won.Add(1)
+							winners.Store(key, true)
+							assert.Equal(t, ttl-time.Since(start)-drift, l.Validity(), "call %d: validity from the attempt's start", i)
+							assert.Positive(t, l.Validity(), "call %d", i)
+							return
+						}
+						lost.Add(1)
+						qe := quorumError(t, err)
+						require.ErrorIs(t, err, redlock.ErrNotAcquired)
+						for _, n := range qe.Nodes {
+							if n.Outcome == redlock.OutcomeTimedOut && n.Err != nil && strings.Contains(n.Err.Error(), "no free connection to the node") {
+								assert.True(t, errors.Is(n.Err, context.DeadlineExceeded), "call %d: %v", i, n.Err)
+								queueFulls.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				require.NoError(t, rl.Close()) // waits for the calls still running
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				t.Logf("%d acquired, %d failed, %d node results gave up waiting for a connection", won.Load(), lost.Load(), queueFulls.Load())
+				for i := range ran {
+					t.Logf("node %d ran the acquire calls of %v", i, ran[i])
+				}
+				assert.GreaterOrEqual(t, won.Load(), tc.minWon, "the attempts that had their turn on a majority in time acquire")
+				assert.Positive(t, lost.Load(), "the premise: the queue is longer than the budget")
+				assert.Positive(t, queueFulls.Load(), "the calls still queued at the budget's end give up")
+
+				// Every node ran the calls after its first in one order.
+				first := map[string]bool{}
+				pos := make([]map[string]int, len(ran))
+				for i, keys := range ran {
+					require.NotEmpty(t, keys, "node %d ran no acquire call", i)
+					first[keys[0]] = true
+					pos[i] = map[string]int{}
+					for p, k := range keys[1:] {
+						pos[i][k] = p
+					}
+				}
+				for i := range pos {
+					for j := i + 1; j < len(pos); j++ {
+						for a, pa := range pos[i] {
+							for b, pb := range pos[i] {
+								qa, okA := pos[j][a]
+								qb, okB := pos[j][b]
+								if okA && okB && pa < pb {
+									assert.Less(t, qa, qb, "node %d ran %s before %s, node %d after", i, a, b, j)
+								}
+							}
+						}
+					}
+				}
+				if tc.fencing {
 					return
 				}
-				lost.Add(1)
-				qe := quorumError(t, err)
-				require.ErrorIs(t, err, redlock.ErrNotAcquired)
-				for _, n := range qe.Nodes {
-					if n.Outcome == redlock.OutcomeTimedOut && n.Err != nil && strings.Contains(n.Err.Error(), "no free connection to the node") {
-						assert.True(t, errors.Is(n.Err, context.DeadlineExceeded), "call %d: %v", i, n.Err)
-						queueFulls.Add(1)
+				// The won attempts are the oldest: no lost attempt had its
+				// turn before a won one.
+				for i, keys := range ran {
+					lostSeen := ""
+					for _, k := range keys[1:] {
+						_, w := winners.Load(k)
+						switch {
+						case !w:
+							lostSeen = k
+						case lostSeen != "" && !first[k]:
+							t.Errorf("node %d ran the lost attempt %s before the won %s", i, lostSeen, k)
+						}
 					}
 				}
 			})
-		}
-		wg.Wait()
-		t.Logf("%d acquired, %d failed, %d node results gave up waiting for a connection", won.Load(), lost.Load(), queueFulls.Load())
-		assert.Positive(t, won.Load(), "the calls that had their turn in time acquire")
-		assert.Positive(t, lost.Load(), "the premise: the queue is longer than the budget")
-		assert.Positive(t, queueFulls.Load(), "the calls still queued at the budget's end give up")
-	})
+		})
+	}
 }
 
 // TestDial_DecidedVoteDropsQueuedCalls: a call still waiting for its turn
