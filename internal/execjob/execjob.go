@@ -149,14 +149,11 @@ func Supervise(ctx context.Context, p Process, c Config) (code int, held bool) {
 			if got != nil {
 				break
 			}
-			t := time.NewTimer(SignalLag)
-			select {
-			case s := <-c.Signals:
-				forward(s)
-			case <-t.C:
-				forward(syscall.SIGTERM)
+			s := CancelSignal(c.Signals)
+			if s == nil {
+				s = syscall.SIGTERM
 			}
-			t.Stop()
+			forward(s)
 		case <-leaseDone:
 			leaseDone = nil
 			if c.Mutant.ExecKeepsJob() { // chaos mutant hook
@@ -186,6 +183,24 @@ func Supervise(ctx context.Context, p Process, c Config) (code int, held bool) {
 			}
 			p.Signal(syscall.SIGKILL)
 		}
+	}
+}
+
+// CancelSignal returns the signal that canceled a context, for a caller
+// that has just seen it canceled: a signal handler (signal.NotifyContext)
+// cancels it at about the same time as the signal reaches sigs, not
+// necessarily after. It waits up to SignalLag for a signal on sigs, and
+// returns nil if none came (the context was canceled by its caller). Reading
+// the signal here, and nowhere else once the context has ended, makes sigs
+// the one source of "which signal came".
+func CancelSignal(sigs <-chan os.Signal) os.Signal {
+	t := time.NewTimer(SignalLag)
+	defer t.Stop()
+	select {
+	case s := <-sigs:
+		return s
+	case <-t.C:
+		return nil
 	}
 }
 
