@@ -165,34 +165,39 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		fmt.Fprintln(stderr, "Run 'redlock exec --help' for usage.")
 		return f, exitUsage, false
 	}
-	bad := func(format string, a ...any) (execFlags, int, bool) {
-		fmt.Fprintf(stderr, "redlock exec: "+format+"\nRun 'redlock exec --help' for usage.\n", a...)
-		return f, exitUsage, false
-	}
 	f.command = fs.Args()
 	if *nodes == "" {
 		*nodes = os.Getenv(nodesEnv)
 	}
 	f.nodes = splitNodes(*nodes)
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %v\nRun 'redlock exec --help' for usage.\n", err)
+		return f, exitUsage, false
+	}
+	return f, 0, true
+}
+
+// check reports the first problem with the flags: the CLI's own rules, then
+// the library's (redlock.CheckTTL, as Acquire and KeepAlive will apply
+// them), with one flag more at each step so that the message names the flag
+// that breaks one.
+func (f execFlags) check() error {
 	switch {
 	case len(f.nodes) == 0:
-		return bad("no nodes: give --nodes or set $%s", nodesEnv)
+		return fmt.Errorf("no nodes: give --nodes or set $%s", nodesEnv)
 	case f.key == "":
-		return bad("--key is required")
+		return errors.New("--key is required")
 	case len(f.command) == 0:
-		return bad("no COMMAND given")
+		return errors.New("no COMMAND given")
 	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
-		return bad("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
+		return errors.New("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
 	case f.releaseOnFailure && f.minHold == 0:
-		return bad("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
+		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
 	case f.busyExit < 0 || f.busyExit > 255:
-		return bad("--busy-exit %d must be in 0..255", f.busyExit)
+		return fmt.Errorf("--busy-exit %d must be in 0..255", f.busyExit)
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
-		return bad("--fence-env %q is not a valid environment variable name", f.fenceEnv)
+		return fmt.Errorf("--fence-env %q is not a valid environment variable name", f.fenceEnv)
 	}
-	// The library's own rules, as Acquire and KeepAlive will apply them,
-	// with one flag more at each step, so that the message names the flag
-	// that breaks one.
 	var opts []redlock.Option
 	for _, c := range []struct {
 		flag  string
@@ -205,10 +210,10 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	} {
 		opts = append(opts, c.opts...)
 		if err := redlock.CheckTTL(f.ttl, opts...); err != nil {
-			return bad("%s %v: %v", c.flag, c.value, err)
+			return fmt.Errorf("%s %v: %w", c.flag, c.value, err)
 		}
 	}
-	return f, 0, true
+	return nil
 }
 
 // timeoutOptions sets the per-node timeout, when --node-timeout is given.
