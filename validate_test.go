@@ -23,8 +23,8 @@ func TestCheckTTL_Rules(t *testing.T) {
 		want string // "" for nil, else a part of the message
 	}{
 		{"the defaults", 30 * time.Second, nil, ""},
-		{"shortest with the defaults", 24 * time.Millisecond, nil, ""},
-		{"below the defaults' shortest", 23 * time.Millisecond, nil, "the smallest usable ttl with this drift factor and per-node timeout is 24ms"},
+		{"shortest with the defaults", 105 * time.Millisecond, nil, ""},
+		{"below the defaults' shortest", 104 * time.Millisecond, nil, "the smallest usable ttl with this drift factor and per-node timeout is 105ms"},
 		{"zero", 0, nil, "below Redis's 1 ms expiry precision"},
 		{"negative", -time.Second, nil, "below Redis's 1 ms expiry precision"},
 		{"not whole milliseconds", 1500 * time.Microsecond, nil, "not a whole number of milliseconds"},
