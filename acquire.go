@@ -374,7 +374,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		}, nil, started, nil
 	}
 
-	// Failed: release on every node, those that refused included. Its calls
+	// Failed: release on every node that may hold our key: all but those
+	// that answered "taken". The Redlock spec unlocks every instance, since
+	// a node whose reply was lost may have set the key; a "taken" reply is
+	// no such node: it is the answer to our only SET there (go-redis never
+	// re-sends a command, see tuneOptions), and the SET did not apply. Under
+	// contention that spares every loser a delete on most nodes. The calls
 	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
@@ -385,6 +390,9 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 				return reply{err: errShed} // nothing was sent: nothing to delete
 			}
 		default:
+		}
+		if acq.results[n.idx].Outcome == OutcomeTaken {
+			return reply{code: codeTaken} // our SET did not apply there
 		}
 		exit, _ := c.enter(n, false)
 		defer exit()
