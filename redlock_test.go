@@ -845,9 +845,16 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 				require.NoError(t, err)
 				lease, err := l.KeepAlive(ctx, redlock.WithExtendInterval(200*time.Millisecond))
 				require.NoError(t, err)
+				// The restarted node answers "not held" before the others'
+				// grants decide the extension: only such an answer is put
+				// back (a later one arrives once the extension is decided).
 				time.Sleep(100 * time.Millisecond)
+				c.nodes[1].Slow(time.Millisecond)
+				c.nodes[2].Slow(time.Millisecond)
 				c.nodes[0].m.FlushAll() // a restart without persistence
 				time.Sleep(700 * time.Millisecond)
+				c.nodes[0].Slow(time.Millisecond)
+				c.nodes[1].Slow(0)
 				c.nodes[1].m.FlushAll()
 				time.Sleep(2 * time.Second)
 				require.NoError(t, lease.Err(), "the lease must survive")
