@@ -163,8 +163,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
 			time.Sleep(500 * time.Millisecond)
 			// The lock's current handle, through reentrancy: no round trip.
-			l, err := c.rl.Acquire(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl)
 			deadline = l.ValidUntil()
 			c.nodes[0].Refuse()
 			c.nodes[1].Refuse()
@@ -197,8 +196,7 @@ func TestDo_ValidityRunsOutWhileExtensionHangs(t *testing.T) {
 		var deadline, canceledAt time.Time
 		var cause error
 		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
-			l, err := c.rl.Acquire(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl)
 			deadline = l.ValidUntil()
 			for _, n := range c.nodes {
 				n.Slow(10 * time.Second)
@@ -338,8 +336,7 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 	t.Run("Lease.Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			_, err = l.KeepAlive(ctx)
@@ -364,8 +361,7 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ev := &eventLog{}
 			c := newCluster(t, 3, redlock.WithObserver(ev))
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			time.Sleep(2 * time.Second)
@@ -390,9 +386,8 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 	t.Run("bad interval", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
-			_, err = l.KeepAlive(ctx, redlock.WithExtendInterval(990*time.Millisecond))
+			l := c.acquire(t, ctx, "job", time.Second)
+			_, err := l.KeepAlive(ctx, redlock.WithExtendInterval(990*time.Millisecond))
 			assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "validity is 1 s − 12 ms")
 			require.NoError(t, l.Release(ctx))
 		})
@@ -405,8 +400,7 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithObserver(ev))
 		ctx := context.Background()
 		err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
-			outer, err := c.rl.Acquire(ctx, "job", time.Minute)
-			require.NoError(t, err)
+			outer := c.acquire(t, ctx, "job", time.Minute)
 			assert.Zero(t, outer.Attempts(), "nested handle")
 			assert.Equal(t, time.Second, outer.TTL(), "the holder's TTL, not the nested call's")
 
@@ -427,7 +421,7 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 			assert.Equal(t, 3, c.holders("job"))
 
 			// Another context, or another client, is an ordinary contender.
-			_, err = c.rl.TryAcquire(context.Background(), "job", time.Second)
+			_, err := c.rl.TryAcquire(context.Background(), "job", time.Second)
 			assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 			other, err := redlock.New(clientsOf(c))
 			require.NoError(t, err)
@@ -436,8 +430,7 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 			assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 
 			// Another key with the same context is a separate lock.
-			l2, err := c.rl.TryAcquire(ctx, "other-job", time.Second)
-			require.NoError(t, err)
+			l2 := c.tryAcquire(t, ctx, "other-job", time.Second)
 			assert.Equal(t, 1, l2.Attempts())
 			return l2.Release(ctx)
 		})
@@ -453,8 +446,7 @@ func TestAcquire_ReentrantAfterLeaseEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
 		ctx := context.Background()
-		l, err := c.rl.Acquire(ctx, "job", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", time.Second)
 		lease, err := l.KeepAlive(ctx)
 		require.NoError(t, err)
 		held := lease.Context()
@@ -474,8 +466,7 @@ func TestObserve_LogsWithoutSecrets(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithLogger(logger), redlock.WithObserver(ev))
 		var owner string
 		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context) error {
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			owner = l.Owner()
 			time.Sleep(time.Second) // a few extensions
 			c.nodes[0].Refuse()
@@ -550,8 +541,7 @@ func TestInspect(t *testing.T) {
 			assert.Equal(t, redlock.NodeState{Node: st.Node, EpochAge: -1}, st, "free, no fencing counter or epoch yet")
 		}
 
-		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", 10*time.Second)
 		synctest.Wait()
 		time.Sleep(time.Second)
 		c.nodes[2].Refuse()

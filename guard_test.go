@@ -97,8 +97,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		ctx := context.Background()
-		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", 10*time.Second)
 		first := firstToken(time.Now())
 		assert.Equal(t, first, l.Token())
 		synctest.Wait() // the write-back's stragglers
@@ -106,8 +105,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
 		}
 		require.NoError(t, l.Release(ctx))
-		l2, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l2 := c.acquire(t, ctx, "report", 10*time.Second)
 		assert.Equal(t, first+1, l2.Token())
 		granted := 0
 		for _, o := range outcomes(l2.Nodes()) {
@@ -177,8 +175,7 @@ func TestInspect_ShowsEpochs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", 10*time.Second)
 		synctest.Wait()
 		time.Sleep(time.Second)
 		c.nodes[1].m.FlushAll()
@@ -215,8 +212,7 @@ func TestAmnesiaGuard_ReleaseVouchesWhereWriteBackIsLate(t *testing.T) {
 		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
 			return cmd == "EVALSHA" && len(args) == 9 && args[7] == "1"
 		})
-		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, l.Release(ctx))
 		synctest.Wait()
 		time.Sleep(time.Second)
@@ -275,8 +271,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		p, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		p := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, p.Release(ctx))
 		synctest.Wait()
 		time.Sleep(time.Second)
@@ -286,8 +281,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
 		})
 		c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
-		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		assert.Equal(t, redlock.OutcomePending, a.Nodes()[2].Outcome, "node 2's grant came after the decision")
 		assert.Greater(t, a.Token(), p.Token())
 		time.Sleep(200 * time.Millisecond)
@@ -297,8 +291,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 
 		c.nodes[0].m.FlushAll()
 		time.Sleep(time.Minute + time.Second)
-		b, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		b := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		assert.Greater(t, b.Token(), a.Token())
 	})
 }
@@ -310,14 +303,13 @@ func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *test
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		first, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		first := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, first.Release(ctx))
 		synctest.Wait()
 		c.nodes[1].m.FlushAll()
 		c.nodes[2].Refuse()
 
-		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.ErrorIs(t, err, redlock.ErrNotAcquired, "node 1 may have forgotten a lock: quarantined")
 		time.Sleep(time.Minute)
 		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
@@ -479,8 +471,7 @@ func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
 		c.nodes[2].Refuse() // down while A takes the key: no history there
-		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		c.nodes[2].Revive(t)
 		c.nodes[0].m.FlushAll()
 		c.nodes[1].Refuse()

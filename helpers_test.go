@@ -314,3 +314,20 @@ func requireDecidedBy(t testing.TB, rs []redlock.NodeResult, want redlock.Outcom
 	}
 	require.GreaterOrEqual(t, n, quorum, "nodes that answered %v: %v", want, outcomes(rs))
 }
+
+// acquire takes key with Acquire and requires it to succeed.
+func (c *cluster) acquire(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l, err := c.rl.Acquire(ctx, key, ttl, opts...)
+	require.NoError(t, err)
+	return l
+}
+
+// tryAcquire takes key with TryAcquire (one attempt) and requires it to
+// succeed.
+func (c *cluster) tryAcquire(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l, err := c.rl.TryAcquire(ctx, key, ttl, opts...)
+	require.NoError(t, err)
+	return l
+}

@@ -225,8 +225,7 @@ func TestAcquire_BadInput(t *testing.T) {
 		c.requireNoKey(t, "k")
 
 		// Extend checks its TTL the same way, before any round trip.
-		l, err := c.rl.Acquire(ctx, "k", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "k", ttl10s)
 		for _, bad := range []time.Duration{0, -time.Second, 500 * time.Microsecond, 2 * time.Millisecond, time.Second + time.Microsecond} {
 			l2, err := l.Extend(ctx, bad)
 			assert.Nil(t, l2)
@@ -240,12 +239,11 @@ func TestClient_ErrClosedAfterClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "k", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "k", ttl10s)
 		require.NoError(t, c.rl.Close())
 		require.NoError(t, c.rl.Close(), "Close is idempotent")
 
-		_, err = c.rl.Acquire(ctx, "other", ttl10s)
+		_, err := c.rl.Acquire(ctx, "other", ttl10s)
 		require.ErrorIs(t, err, redlock.ErrClosed)
 		_, err = c.rl.TryAcquire(ctx, "other", ttl10s)
 		require.ErrorIs(t, err, redlock.ErrClosed)
@@ -275,8 +273,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		ctx := context.Background()
 		ev := &eventLog{}
 		c := newCluster(t, 3, redlock.WithObserver(ev))
-		l, err := c.rl.Acquire(ctx, "held", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "held", ttl10s)
 		ran := false
 		for _, tc := range append(badOptions[:len(badOptions):len(badOptions)], badForTTL10s...) {
 			var err error
@@ -329,8 +326,7 @@ func TestTTL_SmallestUsable(t *testing.T) {
 				err = c.rl.Do(ctx, "job", short, func(context.Context) error { return nil })
 				requireInvalid(t, err, "smallest usable ttl")
 
-				l, err := c.rl.TryAcquire(ctx, "job", tc.min)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, "job", tc.min)
 				assert.Positive(t, l.Validity())
 				_, err = l.Extend(ctx, short)
 				requireInvalid(t, err, "smallest usable ttl")

@@ -37,8 +37,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				assert.Equal(t, n/2+1, c.rl.Quorum())
 
 				start := time.Now()
-				l, err := c.rl.Acquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				l := c.acquire(t, ctx, "report", ttl10s)
 				assert.Zero(t, time.Since(start), "nodes answer at once; Acquire must not wait for anything else")
 
 				drift := redlock.Drift(ttl10s, redlock.DefaultDriftFactor)
@@ -90,8 +89,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				c.requireNoKey(t, "report")
 
 				// Released: the next holder gets it at once, with a higher token.
-				l3, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				l3 := c.tryAcquire(t, ctx, "report", ttl10s)
 				assert.Equal(t, token+1, l3.Token(), "the counters agreed: each grant adds one")
 				require.NoError(t, l3.Release(ctx))
 			})
@@ -103,8 +101,7 @@ func TestAcquire_KeyPrefix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithKeyPrefix("lock:"))
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		assert.Equal(t, "report", l.Key())
 		for _, nd := range c.nodes {
@@ -187,8 +184,7 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithFencing(false))
 		for range 2 {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", ttl10s)
 			assert.Zero(t, l.Token())
 			require.NoError(t, l.Release(ctx))
 		}
@@ -196,8 +192,7 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 		c.requireNoKey(t, "{report}:fence")
 
 		// The option also works per call.
-		l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithFencing(true))
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s, redlock.WithFencing(true))
 		assert.Equal(t, firstToken(time.Now()), l.Token(), "seeded from the clock")
 		require.NoError(t, l.Release(ctx))
 	})
@@ -209,8 +204,7 @@ func TestAcquire_OwnerValuesAreRandomAndLong(t *testing.T) {
 		c := newCluster(t, 3)
 		seen := map[string]bool{}
 		for range 20 {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", ttl10s)
 			raw, err := base64.RawURLEncoding.DecodeString(l.Owner())
 			require.NoError(t, err, "owner %q", l.Owner())
 			assert.GreaterOrEqual(t, len(raw)*8, 128, "owner %q", l.Owner())
@@ -244,8 +238,7 @@ func TestAcquire_OwnerGenerator(t *testing.T) {
 			n++
 			return fmt.Sprintf("worker-7/%d", n), nil
 		})
-		l, err := c.rl.Acquire(ctx, "report", ttl10s, gen)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s, gen)
 		assert.Equal(t, "worker-7/1", l.Owner())
 		synctest.Wait()
 		for _, nd := range c.nodes {
@@ -280,8 +273,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", time.Second)
 			time.Sleep(time.Second + time.Millisecond)
 
 			l2, err := l.Extend(ctx, ttl10s)
@@ -295,8 +287,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", time.Second)
 			synctest.Wait()
 			// Validity is ttl − drift = 988 ms; the keys live 1 s.
 			time.Sleep(l.Validity() + time.Millisecond)
@@ -317,8 +308,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", ttl10s)
 			synctest.Wait()
 			for _, nd := range c.nodes {
 				nd.m.Del("report") // e.g. a node restarted without persistence
@@ -342,13 +332,12 @@ func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		// Our keys vanished on two nodes and another client took them.
 		c.holdElsewhere(t, "report", 5*time.Second, 0, 1)
 
-		_, err = l.Extend(ctx, ttl10s)
+		_, err := l.Extend(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		synctest.Wait()
 		for _, i := range []int{0, 1} {
@@ -366,8 +355,7 @@ func TestExtend_NoQuorumKeepsOldDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		c.nodes[0].Refuse()
 		c.nodes[1].Refuse()
@@ -387,12 +375,11 @@ func TestRelease_ExpiredEverywhereIsNotHeldPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Second)
 		time.Sleep(2 * time.Second)
 
 		start := time.Now()
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		assert.Zero(t, time.Since(start), "every node answers at once: no waiting, no retry")
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
@@ -409,14 +396,12 @@ func TestRelease_TakenBySomeoneElseIsNotDeleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Second)
 		time.Sleep(2 * time.Second) // we paused; the lock expired
-		next, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		next := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		qe := quorumError(t, err)
 		requireDecidedBy(t, qe.Nodes, redlock.OutcomeTaken, 2)
@@ -432,13 +417,12 @@ func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		c.nodes[1].Refuse()
 		c.nodes[2].Refuse()
 
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
 		// Two unreachable nodes decide it: the reachable node's delete
@@ -614,8 +598,7 @@ func TestLock_SafeForConcurrentUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		key, owner, token, until := l.Key(), l.Owner(), l.Token(), l.ValidUntil()
 
 		var wg sync.WaitGroup
@@ -657,8 +640,7 @@ func TestClose_WaitsForStragglers(t *testing.T) {
 		c := newCluster(t, 3)
 		c.warmUp(t)
 		c.nodes[2].Slow(2 * time.Second)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)
 
 		start := time.Now()
@@ -684,8 +666,7 @@ func TestExtend_ShorterNeverEndsAnEarlierHandle(t *testing.T) {
 				if !ok {
 					c.nodes[2].FailIf(func(cmd string, args []string) bool { return isScript("acquire", cmd, args) })
 				}
-				a, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				a := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				if !ok {
 					c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("extend", cmd, args) })
@@ -721,8 +702,7 @@ func TestExtend_LongerLengthensTheKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait() // the stragglers' grants
 		l2, err := l.Extend(ctx, 30*time.Second)
 		require.NoError(t, err)
@@ -753,8 +733,7 @@ func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
 				}
 				var last uint64
 				for i := range names {
-					l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("order:%d", i+1), ttl10s)
-					require.NoError(t, err)
+					l := c.tryAcquire(t, ctx, fmt.Sprintf("order:%d", i+1), ttl10s)
 					require.NoError(t, l.Release(ctx))
 					last = l.Token()
 				}
@@ -766,8 +745,7 @@ func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
 				for i, nd := range c.nodes {
 					assert.Empty(t, nd.m.Keys(), "node %d: idle names must leave nothing", i)
 				}
-				l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("order:%d", names), ttl10s)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, fmt.Sprintf("order:%d", names), ttl10s)
 				assert.Greater(t, l.Token(), last, "a re-created counter starts above every earlier token")
 			})
 		})
@@ -819,8 +797,7 @@ func TestRetention_LongerTTLIsRefused(t *testing.T) {
 		_, err := c.rl.Acquire(ctx, "report", 2*time.Minute)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "retention")
-		l, err := c.rl.Acquire(ctx, "report", time.Minute)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Minute)
 		_, err = l.Extend(ctx, 2*time.Minute)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "retention")
@@ -841,8 +818,7 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 					opts = append(opts, redlock.WithQuarantine(time.Minute))
 				}
 				c := newCluster(t, 3, opts...)
-				l, err := c.rl.Acquire(ctx, "report", 900*time.Millisecond)
-				require.NoError(t, err)
+				l := c.acquire(t, ctx, "report", 900*time.Millisecond)
 				lease, err := l.KeepAlive(ctx, redlock.WithExtendInterval(200*time.Millisecond))
 				require.NoError(t, err)
 				// The restarted node answers "not held" before the others'
@@ -880,8 +856,7 @@ func TestExtend_PutsBackOnlyWhereFreeAndOnlyWithAMajority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		c.nodes[1].m.Del("report")
 		c.holdElsewhere(t, "report", ttl10s, 2)
@@ -915,10 +890,9 @@ func TestExtend_ValidityRanOutSaysNothingSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		time.Sleep(ttl10s - redlock.Drift(ttl10s, redlock.DefaultDriftFactor) + 54*time.Millisecond)
-		_, err = l.Extend(ctx, ttl10s)
+		_, err := l.Extend(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		assert.Equal(t, `redlock: lock not held: extend "report": validity ran out 54ms ago; nothing sent`, err.Error())
 	})

@@ -82,8 +82,7 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					ctx := context.Background()
 					c := newCluster(t, n)
-					l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-					require.NoError(t, err)
+					l := c.tryAcquire(t, ctx, "report", ttl10s)
 					synctest.Wait() // every node holds our key
 					for i, st := range nodes {
 						nd := c.nodes[i]
@@ -98,7 +97,7 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 							nd.Fail("ERR out of order")
 						}
 					}
-					err = l.Release(ctx)
+					err := l.Release(ctx)
 					if want == nil {
 						require.NoError(t, err)
 					} else {
@@ -140,14 +139,13 @@ func TestRelease_OverrunIsNotHeldWithANodeDown(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
 				c := newCluster(t, 3)
-				l, err := c.rl.TryAcquire(ctx, "report", 300*time.Millisecond)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, "report", 300*time.Millisecond)
 				synctest.Wait()
 				if kill {
 					c.nodes[2].Refuse()
 				}
 				time.Sleep(450 * time.Millisecond)
-				err = l.Release(ctx)
+				err := l.Release(ctx)
 				require.ErrorIs(t, err, redlock.ErrNotHeld)
 				settleDials()
 			})
@@ -162,8 +160,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("after Release, on every handle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			ext, err := l.Extend(ctx, ttl10s)
 			require.NoError(t, err)
 			require.Positive(t, l.Validity())
@@ -176,8 +173,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("after a failed Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			synctest.Wait()
 			c.nodes[0].Refuse()
 			c.nodes[1].Refuse()
@@ -191,9 +187,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 			c := newCluster(t, 3)
 			var nested *redlock.Lock
 			require.NoError(t, c.rl.Do(ctx, "job", ttl10s, func(ctx context.Context) error {
-				var err error
-				nested, err = c.rl.Acquire(ctx, "job", ttl10s)
-				require.NoError(t, err)
+				nested = c.acquire(t, ctx, "job", ttl10s)
 				require.NoError(t, nested.Release(ctx), "a nested release leaves the lock held")
 				assert.Positive(t, nested.Validity(), "still held by the outer Do")
 				return nil
@@ -205,8 +199,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("on a Lease's handles after the lease was lost", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			time.Sleep(4 * time.Second) // one extension
@@ -227,8 +220,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("not when the caller's context ends the Lease", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			parent, cancel := context.WithCancel(ctx)
 			lease, err := l.KeepAlive(parent)
 			require.NoError(t, err)
@@ -250,8 +242,7 @@ func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
 		c.warmUp(t)
-		l, err := c.rl.Acquire(ctx, "job", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", ttl10s)
 		synctest.Wait()
 		// Extensions are slow on node 2.
 		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
@@ -280,8 +271,7 @@ func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
 		c.warmUp(t)
-		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		require.Equal(t, 5, c.holders("report"))
 		// Node 4 answers deletes 80 ms late (within the 100 ms per-node
@@ -321,8 +311,7 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 				ctx := context.Background()
 				c := newCluster(t, 5)
 				c.warmUp(t)
-				l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				// Nodes 0 and 1 lost the key, node 2 has it, node 4 is down:
 				// node 3 decides between nil and ErrNotHeld.
@@ -336,7 +325,7 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 					return isScript("release", cmd, args)
 				})
 				start := time.Now()
-				err = l.Release(ctx)
+				err := l.Release(ctx)
 				assert.Equal(t, tc.took, time.Since(start))
 				if tc.want == nil {
 					require.NoError(t, err)
@@ -457,9 +446,8 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 			nd.rc.AddHook(rewriteHook{})
 		}
 		for range 3 {
-			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
-			l, err = l.Extend(ctx, ttl10s)
+			l := c.tryAcquire(t, ctx, "report", ttl10s)
+			l, err := l.Extend(ctx, ttl10s)
 			require.NoError(t, err)
 			require.NoError(t, l.Release(ctx))
 		}
@@ -491,8 +479,7 @@ func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 			}
 			return isScript("acquire", cmd, args)
 		})
-		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		assert.Equal(t, redlock.OutcomePending, l.Nodes()[4].Outcome, "node 4 is a straggler")
 		require.NoError(t, l.Release(ctx))
 		assert.Zero(t, time.Since(start), "Release did not wait for the straggler")

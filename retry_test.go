@@ -178,8 +178,7 @@ func TestAcquire_RetriesUntilHolderReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		first, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		first := c.acquire(t, ctx, "report", ttl10s)
 		go func() {
 			time.Sleep(time.Second)
 			assert.NoError(t, first.Release(ctx))
