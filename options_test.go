@@ -85,6 +85,32 @@ func requireInvalid(t *testing.T, err error, msg string) {
 	assert.ErrorContains(t, err, msg)
 }
 
+// requireNoClient requires build (New or Dial with bad input) to return,
+// without panicking, no Client and an ErrInvalidArgument whose text
+// contains msg; it returns the error.
+func requireNoClient(t *testing.T, msg string, build func() (*redlock.Client, error)) error {
+	t.Helper()
+	var (
+		rl  *redlock.Client
+		err error
+	)
+	require.NotPanics(t, func() { rl, err = build() })
+	assert.Nil(t, rl)
+	requireInvalid(t, err, msg)
+	return err
+}
+
+// requireNewInvalid requires New over one node (never dialed) to refuse
+// opts with an ErrInvalidArgument whose text contains msg.
+func requireNewInvalid(t *testing.T, msg string, opts ...redlock.Option) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rc.Close()
+	requireNoClient(t, msg, func() (*redlock.Client, error) {
+		return redlock.New([]redis.UniversalClient{rc}, opts...)
+	})
+}
+
 func TestNew_BadInput(t *testing.T) {
 	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"})
 	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"}) // another client, same node
@@ -104,20 +130,12 @@ func TestNew_BadInput(t *testing.T) {
 		{"same address twice", []redis.UniversalClient{a, b}, "same node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var (
-				rl  *redlock.Client
-				err error
-			)
-			require.NotPanics(t, func() { rl, err = redlock.New(tc.clients) })
-			assert.Nil(t, rl)
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.New(tc.clients) })
 		})
 	}
 	for _, tc := range badOptions {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			require.NotPanics(t, func() { _, err = redlock.New([]redis.UniversalClient{a}, tc.opt) })
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.New([]redis.UniversalClient{a}, tc.opt) })
 		})
 	}
 }
@@ -143,13 +161,7 @@ func TestDial_BadInput(t *testing.T) {
 		{"duplicate address, db spelled out", []string{"redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002", "redis://127.0.0.1:7001"}, "node 2", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var (
-				rl  *redlock.Client
-				err error
-			)
-			require.NotPanics(t, func() { rl, err = redlock.Dial(tc.urls) })
-			assert.Nil(t, rl)
-			requireInvalid(t, err, tc.msg)
+			err := requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.Dial(tc.urls) })
 			if tc.secret != "" {
 				assert.NotContains(t, err.Error(), tc.secret)
 			}
@@ -157,9 +169,7 @@ func TestDial_BadInput(t *testing.T) {
 	}
 	for _, tc := range badOptions {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			require.NotPanics(t, func() { _, err = redlock.Dial([]string{"redis://127.0.0.1:7001"}, tc.opt) })
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.Dial([]string{"redis://127.0.0.1:7001"}, tc.opt) })
 		})
 	}
 }
