@@ -24,9 +24,7 @@ func TestClose_WaitsForAcquisitionStragglers(t *testing.T) {
 		// Node 2 answers the acquisition late, with a counter far below the
 		// others' (clock-seeded), and writes the token back slowly.
 		require.NoError(t, c.nodes[2].m.Set("{job}:fence", "5"))
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "acquire", "fence")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
 		l := c.tryAcquire(t, ctx, "job", ttl10s)

@@ -273,9 +273,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 		time.Sleep(time.Second)
 
 		c.nodes[2].m.FlushAll()
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "acquire", "fence")
 		c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
 		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		assert.Equal(t, redlock.OutcomePending, a.Nodes()[2].Outcome, "node 2's grant came after the decision")
@@ -397,9 +395,7 @@ func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
 			}
 			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
 				c.nodes[i].m.FlushAll()
-				c.nodes[i].SlowIf(20*time.Millisecond, func(cmd string, args []string) bool {
-					return isScript("acquire", cmd, args)
-				})
+				c.nodes[i].SlowScripts(20*time.Millisecond, "acquire")
 			}
 			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 			require.NoError(t, err, "round %d", round)
@@ -430,7 +426,7 @@ func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 		c.warmUp(t)
 		setCounterAhead(t, c.nodes[0], "report", time.Hour) // A's counters disagree: write-back to node 1
 		c.holdElsewhere(t, "report", 5*time.Millisecond, 2) // node 2 refuses A, frees up at 5 ms
-		c.nodes[1].SlowIf(10*time.Millisecond, func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+		c.nodes[1].SlowScripts(10*time.Millisecond, "fence")
 
 		type result struct {
 			l   *redlock.Lock

@@ -121,6 +121,24 @@ func (n *testNode) SlowAcquire(d time.Duration) {
 	})
 }
 
+// SlowScripts delays the calls of the library's scripts with these names
+// (keys of redlock.ScriptHashes) by d.
+func (n *testNode) SlowScripts(d time.Duration, names ...string) {
+	for _, name := range names {
+		if _, ok := redlock.ScriptHashes[name]; !ok {
+			panic("SlowScripts: no script named " + name)
+		}
+	}
+	n.SlowIf(d, func(cmd string, args []string) bool {
+		for _, name := range names {
+			if isScript(name, cmd, args) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // SlowIf delays the commands that match by d.
 func (n *testNode) SlowIf(d time.Duration, match func(cmd string, args []string) bool) {
 	n.mu.Lock()

@@ -245,9 +245,7 @@ func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 		l := c.acquire(t, ctx, "job", ttl10s)
 		synctest.Wait()
 		// Extensions are slow on node 2.
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("extend", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "extend")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
 		ext, err := l.Extend(ctx, ttl10s)
@@ -276,9 +274,7 @@ func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
 		require.Equal(t, 5, c.holders("report"))
 		// Node 4 answers deletes 80 ms late (within the 100 ms per-node
 		// timeout); the others at once.
-		c.nodes[4].SlowIf(80*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("release", cmd, args)
-		})
+		c.nodes[4].SlowScripts(80*time.Millisecond, "release")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
 		require.NoError(t, l.Release(ctx))
@@ -321,9 +317,7 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 					c.nodes[3].m.Del("report")
 				}
 				c.nodes[4].Refuse()
-				c.nodes[3].SlowIf(tc.delay, func(cmd string, args []string) bool {
-					return isScript("release", cmd, args)
-				})
+				c.nodes[3].SlowScripts(tc.delay, "release")
 				start := time.Now()
 				err := l.Release(ctx)
 				assert.Equal(t, tc.took, time.Since(start))
