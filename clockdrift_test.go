@@ -154,8 +154,7 @@ func TestAcquire_SlowerThanValidityIsRefused(t *testing.T) {
 				assert.ErrorContains(t, qe.Cause, "validity")
 				c.requireNoKey(t, "report")
 				require.NoError(t, c.rl.Close())
-				synctest.Wait()
-				c.requireNoKey(t, "report")
+				c.requireGone(t, "report")
 			})
 		})
 	}

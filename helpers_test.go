@@ -254,6 +254,15 @@ func (c *cluster) requireNoKey(t testing.TB, key string) {
 	}
 }
 
+// requireGone waits for the node calls still running (synctest.Wait: the
+// deletes Release did not wait for, an acquisition's stragglers), then
+// requires that no node holds key. It must run inside a synctest bubble.
+func (c *cluster) requireGone(t testing.TB, key string) {
+	t.Helper()
+	synctest.Wait()
+	c.requireNoKey(t, key)
+}
+
 // holdElsewhere sets key to another owner's value with ttl on the given
 // nodes, as if another client held the lock there.
 func (c *cluster) holdElsewhere(t testing.TB, key string, ttl time.Duration, nodes ...int) {
