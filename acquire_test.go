@@ -19,8 +19,7 @@ func TestClose_WaitsForAcquisitionStragglers(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		// Node 2 answers the acquisition late, with a counter far below the
 		// others' (clock-seeded), and writes the token back slowly.
 		require.NoError(t, c.nodes[2].m.Set("{job}:fence", "5"))

@@ -135,8 +135,7 @@ func (lc *leakCheck) verifyNone(t *testing.T, base ...goleak.Option) {
 func TestDo_DoesNotWaitForASlowNode(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
@@ -189,8 +188,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 
 func TestDo_ValidityRunsOutWhileExtensionHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3, redlock.WithNodeTimeout(500*time.Millisecond))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithNodeTimeout(500*time.Millisecond))
 		const ttl = time.Second
 		var deadline, canceledAt time.Time
 		var cause error

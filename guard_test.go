@@ -324,8 +324,7 @@ func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *test
 func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		c.nodes[2].Refuse()
 		// Node 1's counter is ahead (a fresh key's epochs, a counter from an
 		// earlier use): the counters disagree and node 0 needs the

@@ -217,6 +217,16 @@ func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	return c
 }
 
+// newWarmCluster is newCluster followed by warmUp: a delay or fault the
+// test installs next applies to the script call itself. It must run inside
+// a synctest bubble.
+func newWarmCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+	t.Helper()
+	c := newCluster(t, n, opts...)
+	c.warmUp(t)
+	return c
+}
+
 // warmUp loads every script on every node, then takes, extends and
 // releases a throw-away lock, so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run

@@ -22,8 +22,7 @@ func TestAcquire_SlowMinorityDoesNotDelay(t *testing.T) {
 		t.Run(fmt.Sprintf("%d of %d nodes slow", tc.slow, tc.nodes), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				c := newCluster(t, tc.nodes)
-				c.warmUp(t)
+				c := newWarmCluster(t, tc.nodes)
 				slow := c.nodes[tc.nodes-tc.slow:]
 				for _, nd := range slow {
 					nd.Slow(2 * time.Second)
@@ -66,8 +65,7 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, 3, tc.opts...)
-				c.warmUp(t)
+				c := newWarmCluster(t, 3, tc.opts...)
 				c.nodes[1].Slow(2 * time.Second)
 				c.nodes[2].Slow(2 * time.Second)
 
@@ -99,8 +97,7 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 // last vote is in, not wait for a timeout.
 func TestAcquire_EvenSplitFailsPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 4)
-		c.warmUp(t)
+		c := newWarmCluster(t, 4)
 		c.holdElsewhere(t, "report", ttl10s, 0, 1)
 		// The refusals come last, so every vote is in when it is decided.
 		c.nodes[0].Slow(5 * time.Millisecond)
@@ -132,8 +129,7 @@ func TestAcquire_EvenSplitFailsPromptly(t *testing.T) {
 // must not wait for the fourth, slow node.
 func TestAcquire_EvenSplitDoesNotWaitForStraggler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 4)
-		c.warmUp(t)
+		c := newWarmCluster(t, 4)
 		c.holdElsewhere(t, "report", ttl10s, 0, 1)
 		c.nodes[3].SlowAcquire(2 * time.Second)
 

@@ -461,8 +461,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// release was sent to that node) is undone as soon as it arrives.
 	t.Run("late grant within the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3)
-			c.warmUp(t)
+			c := newWarmCluster(t, 3)
 			c.holdElsewhere(t, "report", ttl10s, 0, 1)
 			c.nodes[2].SlowAcquire(50 * time.Millisecond) // the release is not delayed
 
@@ -483,8 +482,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// script later; the release sent after it runs after it.
 	t.Run("grant applied after the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3)
-			c.warmUp(t)
+			c := newWarmCluster(t, 3)
 			c.holdElsewhere(t, "report", ttl10s, 0)
 			c.nodes[1].Slow(2 * time.Second)
 			c.nodes[2].Slow(2 * time.Second)
@@ -520,8 +518,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, 3)
-				c.warmUp(t)
+				c := newWarmCluster(t, 3)
 				c.nodes[1].Slow(2 * time.Second)
 				c.nodes[2].Slow(2 * time.Second)
 				ctx, cancel := tc.ctx()
@@ -628,8 +625,7 @@ func TestLock_SafeForConcurrentUse(t *testing.T) {
 func TestClose_WaitsForStragglers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.nodes[2].Slow(2 * time.Second)
 		l := c.acquire(t, ctx, "report", ttl10s)
 		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)

@@ -240,8 +240,7 @@ func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		l := c.acquire(t, ctx, "job", ttl10s)
 		synctest.Wait()
 		// Extensions are slow on node 2.
@@ -267,8 +266,7 @@ func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 5)
-		c.warmUp(t)
+		c := newWarmCluster(t, 5)
 		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		require.Equal(t, 5, c.holders("report"))
@@ -305,8 +303,7 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				c := newCluster(t, 5)
-				c.warmUp(t)
+				c := newWarmCluster(t, 5)
 				l := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				// Nodes 0 and 1 lost the key, node 2 has it, node 4 is down:
@@ -359,8 +356,7 @@ func TestTryAcquire_LeavesCallersOptionsAlone(t *testing.T) {
 func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.holdElsewhere(t, "job", time.Minute, 0, 1)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		closing := make(chan struct{})
@@ -456,8 +452,7 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 5)
-		c.warmUp(t)
+		c := newWarmCluster(t, 5)
 		var (
 			deletes  atomic.Int64
 			deleteAt atomic.Int64 // fake time of node 4's delete, after start
