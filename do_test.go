@@ -531,8 +531,7 @@ func TestInspect(t *testing.T) {
 			assert.Equal(t, redlock.NodeState{Node: st.Node, EpochAge: -1}, st, "free, no fencing counter or epoch yet")
 		}
 
-		l := c.acquire(t, ctx, "job", 10*time.Second)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "job", 10*time.Second)
 		time.Sleep(time.Second)
 		c.nodes[2].Refuse()
 		states, err = c.rl.Inspect(ctx, "job")

@@ -171,8 +171,7 @@ func TestInspect_ShowsEpochs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		l := c.acquire(t, ctx, "job", 10*time.Second)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "job", 10*time.Second)
 		time.Sleep(time.Second)
 		c.nodes[1].m.FlushAll()
 		states, err := c.rl.Inspect(ctx, "job")

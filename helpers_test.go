@@ -360,6 +360,16 @@ func (c *cluster) acquire(t testing.TB, ctx context.Context, key string, ttl tim
 	return l
 }
 
+// acquireSettled is acquire followed by synctest.Wait: the calls Acquire
+// did not wait for (the stragglers' grants) have ended too, so every node
+// that granted the lock holds it. It must run inside a synctest bubble.
+func (c *cluster) acquireSettled(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l := c.acquire(t, ctx, key, ttl, opts...)
+	synctest.Wait()
+	return l
+}
+
 // tryAcquire takes key with TryAcquire (one attempt) and requires it to
 // succeed.
 func (c *cluster) tryAcquire(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {

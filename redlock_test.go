@@ -100,8 +100,7 @@ func TestAcquire_KeyPrefix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithKeyPrefix("lock:"))
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		assert.Equal(t, "report", l.Key())
 		for _, nd := range c.nodes {
 			assert.Equal(t, l.Owner(), nd.Value("lock:report"))
@@ -282,8 +281,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l := c.acquire(t, ctx, "report", time.Second)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "report", time.Second)
 			// Validity is ttl − drift = 988 ms; the keys live 1 s.
 			time.Sleep(l.Validity() + time.Millisecond)
 			require.Equal(t, 3, c.holders("report"))
@@ -303,8 +301,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l := c.acquire(t, ctx, "report", ttl10s)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "report", ttl10s)
 			for _, nd := range c.nodes {
 				nd.m.Del("report") // e.g. a node restarted without persistence
 			}
@@ -326,8 +323,7 @@ func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		// Our keys vanished on two nodes and another client took them.
 		c.holdElsewhere(t, "report", 5*time.Second, 0, 1)
 
@@ -349,8 +345,7 @@ func TestExtend_NoQuorumKeepsOldDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[0].Refuse()
 		c.nodes[1].Refuse()
 
@@ -392,8 +387,7 @@ func TestRelease_TakenBySomeoneElseIsNotDeleted(t *testing.T) {
 		c := newCluster(t, 3)
 		l := c.acquire(t, ctx, "report", time.Second)
 		time.Sleep(2 * time.Second) // we paused; the lock expired
-		next := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		next := c.acquireSettled(t, ctx, "report", ttl10s)
 
 		err := l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
@@ -411,8 +405,7 @@ func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[1].Refuse()
 		c.nodes[2].Refuse()
 
@@ -689,8 +682,7 @@ func TestExtend_LongerLengthensTheKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait() // the stragglers' grants
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		l2, err := l.Extend(ctx, 30*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 30*time.Second, l2.TTL())
@@ -838,8 +830,7 @@ func TestExtend_PutsBackOnlyWhereFreeAndOnlyWithAMajority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l := c.acquire(t, ctx, "report", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[1].m.Del("report")
 		c.holdElsewhere(t, "report", ttl10s, 2)
 		// Nodes 1 and 2 answer before the majority is reached: only nodes

@@ -173,8 +173,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("after a failed Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l := c.acquire(t, ctx, "job", ttl10s)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "job", ttl10s)
 			c.nodes[0].Refuse()
 			c.nodes[1].Refuse()
 			require.ErrorIs(t, l.Release(ctx), redlock.ErrNoQuorum)
@@ -241,8 +240,7 @@ func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newWarmCluster(t, 3)
-		l := c.acquire(t, ctx, "job", ttl10s)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "job", ttl10s)
 		// Extensions are slow on node 2.
 		c.nodes[2].SlowScripts(50*time.Millisecond, "extend")
 		base := goleak.IgnoreCurrent()
