@@ -273,6 +273,15 @@ func (c *cluster) requireGone(t testing.TB, key string) {
 	c.requireNoKey(t, key)
 }
 
+// releaseAndRequireGone requires r (a Lock or a Lease) to release, then
+// requireGone: once the deletes Release did not wait for have ended, no
+// node holds key.
+func (c *cluster) releaseAndRequireGone(t testing.TB, ctx context.Context, r interface{ Release(context.Context) error }, key string) {
+	t.Helper()
+	require.NoError(t, r.Release(ctx))
+	c.requireGone(t, key)
+}
+
 // holdElsewhere sets key to another owner's value with ttl on the given
 // nodes, as if another client held the lock there.
 func (c *cluster) holdElsewhere(t testing.TB, key string, ttl time.Duration, nodes ...int) {

@@ -299,8 +299,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		assert.False(t, ran, "fn never ran")
 		n, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 1, n, "no attempt was made with a bad option")
-		require.NoError(t, l.Release(ctx))
-		c.requireGone(t, "k") // the deletes Release did not wait for
+		c.releaseAndRequireGone(t, ctx, l, "k")
 	})
 }
 

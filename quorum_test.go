@@ -210,8 +210,7 @@ func TestAcquire_MinorityUnreachableSucceeds(t *testing.T) {
 		for _, i := range []int{0, 2, 4} {
 			assert.Equal(t, l.Owner(), c.nodes[i].Value("report"))
 		}
-		require.NoError(t, l.Release(ctx))
-		c.requireGone(t, "report") // the deletes Release did not wait for
+		c.releaseAndRequireGone(t, ctx, l, "report")
 	})
 }
 

@@ -84,8 +84,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 					assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d: extend resets the TTL", i)
 				}
 
-				require.NoError(t, l2.Release(ctx))
-				c.requireGone(t, "report") // the deletes Release did not wait for
+				c.releaseAndRequireGone(t, ctx, l2, "report")
 
 				// Released: the next holder gets it at once, with a higher token.
 				l3 := c.tryAcquire(t, ctx, "report", ttl10s)
@@ -107,8 +106,7 @@ func TestAcquire_KeyPrefix(t *testing.T) {
 			assert.False(t, nd.Has("report"))
 			assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{lock:report}:fence"))
 		}
-		require.NoError(t, l.Release(ctx))
-		c.requireGone(t, "lock:report") // the deletes Release did not wait for
+		c.releaseAndRequireGone(t, ctx, l, "lock:report")
 	})
 }
 
@@ -430,8 +428,7 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		require.NoError(t, l.Release(ctx))
-		c.requireGone(t, "report") // the deletes Release did not wait for
+		c.releaseAndRequireGone(t, ctx, l, "report")
 	})
 }
 
@@ -817,8 +814,7 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 						assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{report}:fence"), "node %d", i)
 					}
 				}
-				require.NoError(t, lease.Release(ctx))
-				c.requireGone(t, "report") // the deletes Release did not wait for
+				c.releaseAndRequireGone(t, ctx, lease, "report")
 			})
 		})
 	}
