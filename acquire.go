@@ -403,10 +403,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if cause == nil {
 		cause = callerEnded(ctx)
 	}
-	return nil, &QuorumError{
-		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
-		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
-	}, started, nil
+	return nil, newQuorumError(OpAcquire, key, c.quorum, acq, ErrNotAcquired, cause), started, nil
 }
 
 // countVotes applies the amnesia guard's first-use rule to the vote, logs

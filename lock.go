@@ -294,11 +294,10 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 			rc = countRelease(t, c.quorum)
 		}
 	}
-	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results}
-	if qe.Err = rc.result(); qe.Err == nil {
-		return t, nil
+	if err := rc.result(); err != nil {
+		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
 	}
-	return t, qe
+	return t, nil
 }
 
 // releaseCount is what a release vote knows so far: how many nodes deleted
@@ -406,14 +405,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := l.cfg.checkRetention(ttl); err != nil {
 		return nil, nil, err
 	}
-	qe := &QuorumError{Op: OpExtend, Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
 	if c.closed.Load() {
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
 	if !start.Before(l.validUntil) {
-		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
-		return nil, nil, qe
+		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
+		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
 	}
 	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
 	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
@@ -422,7 +420,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	}, nil)
 	// The stragglers end in the background (done); the Client tracks them.
 	now := time.Now()
-	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {
 		refused := 0
 		for _, r := range t.results {
@@ -430,14 +427,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 				refused++
 			}
 		}
+		err := ErrNotHeld
 		if refused <= len(c.nodes)-c.quorum {
-			qe.Err = ErrNoQuorum
+			err = ErrNoQuorum
 		}
-		return nil, t, qe
+		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
 	}
 	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
-		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
-		return nil, t, qe
+		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
+		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}
 	l.reput(ctx, t, start, ttl, timeout)
 	next := *l
