@@ -312,7 +312,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
-	acq, doneAcq := c.vote(voteCtx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	acq, doneAcq := c.voteQuorum(voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
 		defer func() {
 			if a.running[n.idx].Swap(2) == 1 {
@@ -383,7 +383,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
 	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
-	_, doneRel := c.vote(c.withQueueBy(context.WithoutCancel(ctx), start.Add(ttl), nil), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	_, doneRel := c.voteAll(c.withQueueBy(context.WithoutCancel(ctx), start.Add(ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
 		select {
 		case <-a.replied[n.idx]:
 			if a.unsent[n.idx] {
@@ -398,7 +398,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		defer exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
-	}, nil)
+	})
 	started = append(started, doneRel)
 	if cause == nil {
 		cause = callerEnded(ctx)
@@ -489,7 +489,7 @@ func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (
 	for _, i := range g.idx {
 		need[a.c.nodes[i]] = i
 	}
-	return a.c.vote(ctx, a.timeout, a.c.quorum, false, func(ctx context.Context, n *node) reply {
+	return a.c.voteQuorum(ctx, a.timeout, func(ctx context.Context, n *node) reply {
 		i, ok := need[n]
 		switch {
 		case !ok:

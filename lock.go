@@ -235,7 +235,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	late := make(chan reply, len(c.nodes))
 	expired := time.NewTimer(timeout)
 	defer expired.Stop()
-	t, _ := c.vote(context.WithoutCancel(ctx), timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, _ := c.voteQuorum(context.WithoutCancel(ctx), timeout, func(ctx context.Context, n *node) reply {
 		// A node's delete follows that node's own acquire call, never
 		// overtakes its SET: go-redis's connection pool does not keep the
 		// order of commands to one node (docs/performance.md).
@@ -414,7 +414,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
 	}
 	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
-	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
@@ -466,13 +466,13 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 	if l.cfg.quarantine > 0 {
 		args[3] = "1"
 	}
-	put, done := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	put, done := c.voteAll(ctx, timeout, func(ctx context.Context, n *node) reply {
 		if !gone[n] {
 			return reply{code: codeNotHeld}
 		}
 		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
 		return reply{code: code, err: err}
-	}, nil)
+	})
 	<-done
 	for i, r := range put.results {
 		if gone[c.nodes[i]] && r.Outcome == OutcomeGranted {
