@@ -33,30 +33,45 @@ type Lock struct {
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
-	// released is set before Release sends its deletes, and shared by the
-	// handles Extend derives: a grant that arrives after that (a straggler
-	// of the acquisition) needs no write-back any more.
-	released *atomic.Bool
-	// replied[i] is closed once node i's acquire call has returned (see
-	// acquisition.replied); nil for none to wait for.
-	replied []chan struct{}
-	// unsent[i] is set when the acquisition sent node i nothing (see
-	// acquisition.unsent); read it only once replied[i] is closed.
-	unsent []bool
 	// state is shared by every handle of this lock: those Extend derives,
-	// the copies KeepAlive makes, and nested (reentrant) handles.
+	// the copies KeepAlive makes, and nested (reentrant) handles; and by
+	// the acquisition's late replies.
 	state *lockState
 }
 
-// lockState is what every handle of one acquired lock shares.
+// lockState is what every handle of one acquired lock shares, with the
+// acquisition that made it.
 type lockState struct {
 	// ended is set once the lock must no longer be trusted, whatever its
 	// deadline says: Release was called, or the Lease keeping it declared
 	// it lost. Validity reads it.
 	ended atomic.Bool
+	// released is set before Release sends its deletes: a grant that
+	// arrives after that (a straggler of the acquisition) needs no
+	// write-back any more.
+	released atomic.Bool
+	// replied[i] is closed once node i's acquire call has returned: its
+	// SET has run, or the call failed. Release sends node i its delete only
+	// then, so a delete never overtakes its own SET.
+	replied []chan struct{}
+	// unsent[i] is set, before replied[i] is closed, when the acquire
+	// call was not sent to node i because of its backlog (Client.enter) or
+	// its queue dropped it: node i then needs no delete. Read it only once
+	// replied[i] is closed.
+	unsent []bool
 
 	mu    sync.Mutex
 	lease *Lease // the Lease keeping the lock alive; nil if none
+}
+
+// newLockState is the state of an acquisition on n nodes, none of which
+// has replied yet.
+func newLockState(n int) *lockState {
+	s := &lockState{replied: make([]chan struct{}, n), unsent: make([]bool, n)}
+	for i := range s.replied {
+		s.replied[i] = make(chan struct{})
+	}
+	return s
 }
 
 // setLease records s as the Lease keeping the lock alive; it returns false
@@ -217,9 +232,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	if l.released != nil {
-		l.released.Store(true)
-	}
+	l.state.released.Store(true)
 	call := newScriptCall(releaseScript, l.keys[:1], l.owner)
 	if l.vouch {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
@@ -239,16 +252,16 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		// A node's delete follows that node's own acquire call, never
 		// overtakes its SET: go-redis's connection pool does not keep the
 		// order of commands to one node (docs/performance.md).
-		if l.replied != nil {
+		if st := l.state; st.replied != nil {
 			select {
-			case <-l.replied[n.idx]:
+			case <-st.replied[n.idx]:
 			default:
 				// A straggler of the acquisition: its delete waits for
 				// its grant, in the background once the vote is decided,
 				// and then gets a per-node timeout of its own. This call
 				// stays part of the vote, so Close waits for it.
-				<-l.replied[n.idx]
-				if l.unsent[n.idx] {
+				<-st.replied[n.idx]
+				if st.unsent[n.idx] {
 					return reply{err: errShed} // nothing to delete
 				}
 				exit, _ := c.enter(n, false)
@@ -260,7 +273,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 				code, err := call.run(dctx, n).Int64()
 				return reply{code: code, err: err}
 			}
-			if l.unsent[n.idx] {
+			if st.unsent[n.idx] {
 				return reply{err: errShed} // nothing to delete
 			}
 		}
