@@ -249,44 +249,60 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	expired := time.NewTimer(timeout)
 	defer expired.Stop()
 	t, _ := c.voteQuorum(context.WithoutCancel(ctx), timeout, func(ctx context.Context, n *node) reply {
-		// A node's delete follows that node's own acquire call, never
-		// overtakes its SET: go-redis's connection pool does not keep the
-		// order of commands to one node (docs/performance.md).
-		if st := l.state; st.replied != nil {
-			select {
-			case <-st.replied[n.idx]:
-			default:
-				// A straggler of the acquisition: its delete waits for
-				// its grant, in the background once the vote is decided,
-				// and then gets a per-node timeout of its own. This call
-				// stays part of the vote, so Close waits for it.
-				<-st.replied[n.idx]
-				if st.unsent[n.idx] {
-					return reply{err: errShed} // nothing to delete
-				}
-				exit, _ := c.enter(n, false)
-				defer exit()
-				n.late.Add(1) // it follows a straggler
-				defer n.late.Add(-1)
-				dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
-				defer cancel()
-				code, err := call.run(dctx, n).Int64()
-				return reply{code: code, err: err}
-			}
+		return l.deleteOn(ctx, n, call, keysEnd, timeout)
+	}, func(r reply) { late <- r })
+	if err := countLate(t, c.quorum, late, expired.C).result(); err != nil {
+		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
+	}
+	return t, nil
+}
+
+// deleteOn sends node n the release's delete, once n's own acquire call
+// has returned: a delete never overtakes its SET, since go-redis's
+// connection pool does not keep the order of commands to one node
+// (docs/performance.md). The delete may wait for the node's turn until
+// keysEnd, when the key would expire anyway (cleanupContext); the vote does
+// not wait that long.
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd time.Time, timeout time.Duration) reply {
+	c := l.client
+	if st := l.state; st.replied != nil {
+		select {
+		case <-st.replied[n.idx]:
+		default:
+			// A straggler of the acquisition: its delete waits for its
+			// grant, in the background once the vote is decided, and then
+			// gets a per-node timeout of its own. This call stays part of
+			// the vote, so Close waits for it.
+			<-st.replied[n.idx]
 			if st.unsent[n.idx] {
 				return reply{err: errShed} // nothing to delete
 			}
+			exit, _ := c.enter(n, false)
+			defer exit()
+			n.late.Add(1) // it follows a straggler
+			defer n.late.Add(-1)
+			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+			defer cancel()
+			code, err := call.run(dctx, n).Int64()
+			return reply{code: code, err: err}
 		}
-		exit, _ := c.enter(n, false)
-		defer exit()
-		// The delete may wait for the node's turn until the key would
-		// expire anyway (cleanupContext); the vote does not wait that long.
-		dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
-		defer cancel()
-		code, err := call.run(dctx, n).Int64()
-		return reply{code: code, err: err}
-	}, func(r reply) { late <- r })
-	rc := countRelease(t, c.quorum)
+		if st.unsent[n.idx] {
+			return reply{err: errShed} // nothing to delete
+		}
+	}
+	exit, _ := c.enter(n, false)
+	defer exit()
+	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+	defer cancel()
+	code, err := call.run(dctx, n).Int64()
+	return reply{code: code, err: err}
+}
+
+// countLate counts into the release vote t the replies that arrive after it
+// was decided, until no answer still to come could change Release's result
+// or the per-node timeout (expired) marks the rest timed out.
+func countLate(t *tally, quorum int, late <-chan reply, expired <-chan time.Time) releaseCount {
+	rc := countRelease(t, quorum)
 	for !rc.decided() {
 		select {
 		case r := <-late:
@@ -297,20 +313,17 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 			if res.Outcome == OutcomeGranted {
 				t.granted++
 			}
-		case <-expired.C:
+		case <-expired:
 			// The per-node timeout: whoever has not answered is timed out.
 			for i := range t.results {
 				if t.results[i].Outcome == OutcomePending {
 					t.results[i].Outcome, t.results[i].Err = OutcomeTimedOut, context.DeadlineExceeded
 				}
 			}
-			rc = countRelease(t, c.quorum)
+			rc = countRelease(t, quorum)
 		}
 	}
-	if err := rc.result(); err != nil {
-		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
-	}
-	return t, nil
+	return rc
 }
 
 // releaseCount is what a release vote knows so far: how many nodes deleted
