@@ -36,7 +36,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		if err == nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, may still run: they end in the background, tracked by
-			// the Client (vote), so Close waits for them.
+			// the Client (voteQuorum), so Close waits for them.
 			lock.attempts = attempt
 			return lock, nil
 		}
@@ -239,12 +239,13 @@ func (a *acquisition) decide(st int32, token uint64) {
 
 // settle finishes a late grant on its node. After a failure the key is
 // deleted (the SET ran before this reply, the clean-up's delete may have run
-// before the SET). After a release nothing is left to do: Release sends this
-// node its delete only once this reply has arrived (Lock.replied). After a success the node gets what the granting nodes
-// got: the token written back if its counter is below it, and, with the
-// guard on, the holder's vouching if its epoch is not trusted (however late
-// the grant, it holds this holder's key, so it has forgotten nothing that
-// still matters; docs/fencing.md).
+// before the SET). After a release nothing is left to do: Release sends
+// this node its delete only once this reply has arrived
+// (lockState.replied). After a success the node gets what the granting
+// nodes got: the token written back if its counter is below it, and, with
+// the guard on, the holder's vouching if its epoch is not trusted (however
+// late the grant, it holds this holder's key, so it has forgotten nothing
+// that still matters; docs/fencing.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
