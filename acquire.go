@@ -304,11 +304,9 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		ok = cause == nil
 	}
 	acquiredAt := time.Now()
-	a.start = cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
-	validity := Validity(ttl, acquiredAt.Sub(a.start), cfg.driftFactor)
-	if ok && validity <= 0 {
-		ok = false
-		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(a.start).Round(time.Microsecond), ttl)
+	validity, ranOut := a.validity(acquiredAt)
+	if ok && ranOut != nil {
+		ok, cause = false, ranOut
 	}
 	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(a.start), validity, ttl, cause)
 	if !ok {
@@ -416,6 +414,19 @@ func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wr
 		cause = writeBackError(fence, grants, token, a.c.quorum)
 	}
 	return token, true, cause
+}
+
+// validity is the validity time the attempt leaves at acquiredAt, the
+// Redlock spec's TTL − elapsed − clock drift; ranOut says so when none is
+// left, and the lock must then not be handed out.
+func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ranOut error) {
+	a.start = a.cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
+	elapsed := acquiredAt.Sub(a.start)
+	validity = Validity(a.ttl, elapsed, a.cfg.driftFactor)
+	if validity <= 0 {
+		ranOut = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", elapsed.Round(time.Microsecond), a.ttl)
+	}
+	return validity, ranOut
 }
 
 // handOut ends a successful attempt: the late grants and the grants that
