@@ -37,7 +37,7 @@ func (r *eventLog) Observe(e redlock.Event) {
 }
 
 // count returns how many events of op were recorded, and how many of them OK.
-func (r *eventLog) count(op string) (all, ok int) {
+func (r *eventLog) count(op redlock.Op) (all, ok int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
@@ -51,7 +51,7 @@ func (r *eventLog) count(op string) (all, ok int) {
 	return all, ok
 }
 
-func (r *eventLog) last(op string) (redlock.Event, bool) {
+func (r *eventLog) last(op redlock.Op) (redlock.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.events) - 1; i >= 0; i-- {
@@ -179,7 +179,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 		assert.ErrorIs(t, err, fnErr, "fn's error is wrapped too")
 		var qe *redlock.QuorumError
 		require.ErrorAs(t, err, &qe)
-		assert.Equal(t, "extend", qe.Op)
+		assert.Equal(t, redlock.OpExtend, qe.Op)
 		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[0].Outcome)
 		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[1].Outcome)
 		settleDials()

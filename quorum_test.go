@@ -227,7 +227,7 @@ func TestAcquire_PerNodeOutcomes(t *testing.T) {
 			redlock.WithOwnerGenerator(func() (string, error) { return "owner-secret-1234", nil }))
 		require.ErrorIs(t, err, redlock.ErrNotAcquired)
 		qe := quorumError(t, err)
-		assert.Equal(t, "acquire", qe.Op)
+		assert.Equal(t, redlock.OpAcquire, qe.Op)
 		assert.Equal(t, "report", qe.Key)
 		assert.Equal(t, 4, qe.Quorum)
 		assert.Equal(t, 3, qe.Granted)

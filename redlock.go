@@ -292,13 +292,8 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		seen[n.name] = i
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	if err := cfg.checkRetention(0); err != nil {
 		return nil, err
@@ -436,13 +431,8 @@ func (c *Client) Close() error {
 // wrapping its cause. Any other context, or another Client, contends as usual.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	cfg := c.cfg
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
 		return l, err

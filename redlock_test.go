@@ -307,7 +307,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 			assert.Nil(t, l2)
 			require.ErrorIs(t, err, redlock.ErrNotHeld)
 			qe := quorumError(t, err)
-			assert.Equal(t, "extend", qe.Op)
+			assert.Equal(t, redlock.OpExtend, qe.Op)
 			assert.Zero(t, qe.Granted)
 			for _, r := range qe.Nodes {
 				assert.Contains(t, []redlock.Outcome{redlock.OutcomeNotHeld, redlock.OutcomePending}, r.Outcome)
@@ -371,7 +371,7 @@ func TestRelease_ExpiredEverywhereIsNotHeldPromptly(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
-		assert.Equal(t, "release", qe.Op)
+		assert.Equal(t, redlock.OpRelease, qe.Op)
 		requireDecidedBy(t, qe.Nodes, redlock.OutcomeNotHeld, 3)
 
 		// Releasing twice is the same.

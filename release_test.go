@@ -103,7 +103,7 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 					} else {
 						require.ErrorIs(t, err, want)
 						qe := quorumError(t, err)
-						assert.Equal(t, "release", qe.Op)
+						assert.Equal(t, redlock.OpRelease, qe.Op)
 						// Release returns once the result is decided: a
 						// delete may still be on its way then.
 						assert.LessOrEqual(t, qe.Granted, strings.Count(fmt.Sprint(nodes), "ours"), "deleted")

@@ -26,7 +26,7 @@ type callRecorder struct {
 
 type callNo struct{}
 
-func (r *callRecorder) StartCall(ctx context.Context, op, key string) (context.Context, func(*redlock.Lock, error)) {
+func (r *callRecorder) StartCall(ctx context.Context, op redlock.Op, key string) (context.Context, func(*redlock.Lock, error)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.next++
