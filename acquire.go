@@ -379,12 +379,12 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 				n.late.Add(-1)
 			}
 		}()
-		exit, ok := c.enter(n, true)
+		ok := c.enter(n, true)
 		if !ok {
 			a.shared.unsent[n.idx] = true
 			return reply{err: errShed}
 		}
-		defer exit()
+		defer n.exit()
 		r := a.grant(ctx, n)
 		if errors.Is(r.err, errNotSent) {
 			a.shared.unsent[n.idx] = true // the node's queue dropped it: no clean-up
@@ -477,8 +477,8 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		if acq.results[n.idx].Outcome == OutcomeTaken {
 			return reply{code: codeTaken} // our SET did not apply there
 		}
-		exit, _ := c.enter(n, false)
-		defer exit()
+		c.enter(n, false)
+		defer n.exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	})

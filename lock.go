@@ -277,8 +277,8 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			if st.unsent[n.idx] {
 				return reply{err: errShed} // nothing to delete
 			}
-			exit, _ := c.enter(n, false)
-			defer exit()
+			c.enter(n, false)
+			defer n.exit()
 			n.late.Add(1) // it follows a straggler
 			defer n.late.Add(-1)
 			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
@@ -290,8 +290,8 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			return reply{err: errShed} // nothing to delete
 		}
 	}
-	exit, _ := c.enter(n, false)
-	defer exit()
+	c.enter(n, false)
+	defer n.exit()
 	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
 	code, err := call.run(dctx, n).Int64()

@@ -78,8 +78,8 @@ func (n *node) limitBacklog(rc any) {
 	}
 }
 
-// enter counts one more call to node n and returns the function that ends
-// it; ok is false (and nothing is counted) when the call is an acquisition
+// enter counts one more call to node n, which n.exit ends; it returns false
+// (and counts nothing) when the call is an acquisition
 // (acquire) that n must not be sent: n lags behind the nodes that decide
 // the votes, with as many calls still running after their votes were
 // decided (late) as its pool has connections, while a majority of the
@@ -94,13 +94,17 @@ func (n *node) limitBacklog(rc any) {
 // majority; deletes are never shed. When every node is that busy (a burst
 // of acquisitions), nothing is shed: the client's own queue is the limit
 // then, and the per-node timeout applies as before.
-func (c *Client) enter(n *node, acquire bool) (exit func(), ok bool) {
+func (c *Client) enter(n *node, acquire bool) bool {
 	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
-		return nil, false
+		return false
 	}
 	n.backlog.Add(1)
-	return func() { n.backlog.Add(-1) }, true
+	return true
 }
+
+// exit ends a call that enter counted (a method, not a closure: no
+// allocation per call).
+func (n *node) exit() { n.backlog.Add(-1) }
 
 // majorityKeepsUp reports whether a majority of the nodes have fewer calls
 // running than their pool has connections (a node without a known pool
