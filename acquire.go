@@ -155,9 +155,6 @@ type acquisition struct {
 	// 2 once it ended.
 	running []atomic.Int32
 	call    *scriptCall // the acquire script's command, the same for every node
-	// expires is when the attempt's keys expire at the latest (its start
-	// plus the TTL): a clean-up may wait for a node's turn until then.
-	expires time.Time
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -249,7 +246,8 @@ func (a *acquisition) decide(st int32, token uint64) {
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
-		ctx, cancel := a.c.cleanupContext(a.ctx, a.expires, a.timeout)
+		// Its SET ran before this reply: the key is gone by now + TTL.
+		ctx, cancel := a.c.cleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
 		defer cancel()
 		a.c.releaseOp(ctx, n, a.keys[:1], a.owner)
 		return
@@ -338,7 +336,6 @@ func (c *Client) startAttempt(ctx context.Context, key string, keys []string, tt
 	}
 	a.call = a.acquireCall()
 	a.start = time.Now()
-	a.expires = a.start.Add(ttl)
 	// On the nodes Dial connected to, a call may wait for a free connection
 	// (nodequeue.go) as long as an answer could still leave the lock some
 	// validity, and until the attempt is decided; the wait counts in the
@@ -435,6 +432,7 @@ func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ra
 func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, wroteBack bool, acquiredAt time.Time) *Lock {
 	a.decide(succeeded, token)
 	a.finishGrants(grants, token, wroteBack)
+	a.shared.noteTTL(a.ttl)
 	return &Lock{
 		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
 		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
@@ -458,15 +456,20 @@ func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumErr
 // cleanUp releases the failed attempt's key on every node that may hold
 // it: all but those that answered "taken". The Redlock spec unlocks every
 // instance, since a node whose reply was lost may have set the key; a
-// "taken" reply is no such node: it is the answer to our only SET there
-// (go-redis never re-sends a command, see tuneOptions), and the SET did not
-// apply. Under contention that spares every loser a delete on most nodes.
-// The calls may wait for a connection until the keys would have expired
-// anyway.
+// "taken" reply is no such node when the node's client never re-sends a
+// command (node.noResend: Dial's clients, and New's with MaxRetries -1): it
+// is the answer to our only SET there, and that SET did not apply. (A client
+// that re-sends may report "taken" about our own key, whose first SET
+// applied: such nodes get the delete.) Under contention that spares every
+// loser a delete on most nodes. The calls may wait for a connection until
+// the keys would have expired anyway.
 func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 	c := a.c
 	rel := newScriptCall(releaseScript, a.keys[:1], a.owner).forNodes(len(c.nodes))
-	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), a.start.Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
+	// Each delete may wait for its node's turn until the key would be gone
+	// anyway: a SET that ran before now expires by now + TTL (the stragglers'
+	// later SETs are deleted again when they answer: settle).
+	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
 		select {
 		case <-a.shared.replied[n.idx]:
 			if a.shared.unsent[n.idx] {
@@ -474,7 +477,7 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 			}
 		default:
 		}
-		if acq.results[n.idx].Outcome == OutcomeTaken {
+		if acq.results[n.idx].Outcome == OutcomeTaken && n.noResend {
 			return reply{code: codeTaken} // our SET did not apply there
 		}
 		c.enter(n, false)

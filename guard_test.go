@@ -39,6 +39,10 @@ func amnesiaSetUp(t *testing.T, opts ...redlock.Option) (*cluster, *redlock.Clie
 	c.nodes[4].refused.Store(true)
 	a, err := c.rl.Acquire(context.Background(), "report", 10*time.Second)
 	require.NoError(t, err)
+	// A's calls to nodes 3 and 4 may still be on their way (Acquire returns
+	// at its majority): let them meet the refusal, or one could set A's key
+	// there once the nodes are back.
+	synctest.Wait()
 	c.nodes[3].refused.Store(false)
 	c.nodes[4].refused.Store(false)
 	c.nodes[0].m.FlushAll()

@@ -59,9 +59,33 @@ type lockState struct {
 	// its queue dropped it: node i then needs no delete. Read it only once
 	// replied[i] is closed.
 	unsent []bool
+	// longestTTL is the longest TTL (ns) the lock's keys were set or
+	// extended with: an Extend never shortens a key, so the keys may live
+	// that long after the last call that touched them.
+	longestTTL atomic.Int64
 
 	mu    sync.Mutex
 	lease *Lease // the Lease keeping the lock alive; nil if none
+}
+
+// noteTTL records a TTL the keys were set or extended with.
+func (s *lockState) noteTTL(ttl time.Duration) {
+	for {
+		old := s.longestTTL.Load()
+		if int64(ttl) <= old || s.longestTTL.CompareAndSwap(old, int64(ttl)) {
+			return
+		}
+	}
+}
+
+// keysGoneBy returns a time by which every key of the lock has expired on
+// its own, from now: every call that set or extended one has returned or
+// will have ended within two per-node timeouts (a straggling extension
+// that waited its turn), and none set a TTL longer than longestTTL. A
+// delete waiting for a node's turn gives up then: past it there is nothing
+// left to delete.
+func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
+	return time.Now().Add(time.Duration(s.longestTTL.Load()) + 2*timeout)
 }
 
 // newLockState is the state of an acquisition on n nodes, none of which
@@ -239,16 +263,22 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	}
 	call.forNodes(len(c.nodes))
 	timeout := l.cfg.timeoutFor(l.ttl)
-	// The keys expire at the latest at the last extension's (or the
-	// acquisition's) start plus its TTL: validUntil plus the drift allowance.
-	keysEnd := l.validUntil.Add(Drift(l.ttl, l.cfg.driftFactor))
+	// A delete may wait for its node's turn (nodequeue.go) until the keys
+	// would be gone anyway; its per-node timeout counts from its turn, so a
+	// busy client does not report healthy nodes as timed out.
+	keysEnd := l.state.keysGoneBy(timeout)
 	// The vote decides once a majority deleted the key (or can no longer);
 	// the replies it did not wait for come here, for the rarer results that
-	// "not held" answers decide (releaseCount).
+	// "not held" answers decide (releaseCount), until the last delete's
+	// deadline.
 	late := make(chan reply, len(c.nodes))
-	expired := time.NewTimer(timeout)
+	wait := timeout
+	if c.queued {
+		wait = time.Until(keysEnd) + timeout
+	}
+	expired := time.NewTimer(wait)
 	defer expired.Stop()
-	t, _ := c.voteQuorum(context.WithoutCancel(ctx), timeout, func(ctx context.Context, n *node) reply {
+	t, _ := c.voteQuorum(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
 		return l.deleteOn(ctx, n, call, keysEnd, timeout)
 	}, func(r reply) { late <- r })
 	if err := countLate(t, c.quorum, late, expired.C).result(); err != nil {
@@ -465,6 +495,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	}
 	l.reput(ctx, t, start, ttl, timeout)
 	next := *l
+	l.state.noteTTL(ttl)
 	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
 	return &next, t, nil

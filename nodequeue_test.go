@@ -362,3 +362,54 @@ func TestDial_ConnectionSetUpRunsInTheCommandsSlot(t *testing.T) {
 		}
 	})
 }
+
+// TestDial_ReleaseBehindABusyQueue: Release's deletes wait for their turn
+// behind a queue of acquisitions on healthy nodes (one connection per node,
+// 5 ms per call, 100 winners and losers at once on 10 keys). A delete's
+// per-node timeout counts from its turn, as an acquisition's does, so no
+// Release of a held lock fails on these healthy nodes; and a delete may
+// wait until the key would be gone anyway, counted from when its SET ran
+// (not from the attempt's start, which a queued SET follows), so after
+// Close no key is left. Both failed before: Releases returned ErrNoQuorum
+// with every node timed out, and with a 150 ms TTL keys outlived Close.
+func TestDial_ReleaseBehindABusyQueue(t *testing.T) {
+	for _, ttl := range []time.Duration{150 * time.Millisecond, 500 * time.Millisecond} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := dialCluster(t, 3, 1)
+				for _, n := range nodes {
+					n.Slow(5 * time.Millisecond)
+				}
+				var (
+					wg      sync.WaitGroup
+					mu      sync.Mutex
+					relErrs []string
+					won     atomic.Int64
+				)
+				for i := range 100 {
+					wg.Go(func() {
+						l, err := rl.TryAcquire(context.Background(), fmt.Sprint("b", i%10), ttl)
+						if err != nil {
+							return
+						}
+						won.Add(1)
+						if err := l.Release(context.Background()); err != nil {
+							mu.Lock()
+							relErrs = append(relErrs, err.Error())
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+				require.NoError(t, rl.Close())
+				require.Positive(t, won.Load(), "the premise: some acquisitions win")
+				for i, n := range nodes {
+					for k := range 10 {
+						assert.False(t, n.Has(fmt.Sprint("b", k)), "node %d still holds b%d after Close", i, k)
+					}
+				}
+				assert.Empty(t, relErrs, "Release failed on healthy nodes")
+			})
+		})
+	}
+}

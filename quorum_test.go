@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -290,4 +293,56 @@ func TestQuorumError_Unwrap(t *testing.T) {
 	var got *redlock.QuorumError
 	require.True(t, errors.As(wrapped, &got))
 	assert.Same(t, qe, got)
+}
+
+// A failed attempt skips its delete on the nodes that answered "taken" only
+// when their client never re-sends a command: a re-sent acquire whose first
+// copy applied would answer "taken" about our own key. With clients given
+// to New that may re-send (go-redis's default MaxRetries), every node gets
+// the owner-checked delete, as the Redlock spec has it.
+func TestAcquire_FailedAttemptDeletesOnTakenNodesOnlyWithoutResends(t *testing.T) {
+	for _, resends := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resends=%v", resends), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newWarmCluster(t, 4)
+				c.holdElsewhere(t, "report", ttl10s, 0, 1)
+				var deletes [4]atomic.Int64
+				clients := make([]redis.UniversalClient, 4)
+				for i, n := range c.nodes {
+					n.SlowIf(0, func(cmd string, args []string) bool {
+						if isScript("release", cmd, args) && len(args) > 2 && args[2] == "report" {
+							deletes[i].Add(1)
+						}
+						return false
+					})
+					o := n.rc.Options()
+					o.MaxRetries = -1 // (Options() reports -1 as 0, which NewClient reads as 3)
+					if resends {
+						o.MaxRetries = 3
+					}
+					clients[i] = redis.NewClient(o)
+					t.Cleanup(func() { _ = clients[i].Close() })
+				}
+				rl, err := redlock.New(clients, redlock.WithLogger(slog.New(slog.DiscardHandler)))
+				require.NoError(t, err)
+				defer rl.Close()
+				_, err = rl.TryAcquire(context.Background(), "report", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrTaken)
+				require.NoError(t, rl.Close())
+				want := int64(0)
+				if resends {
+					want = 1
+				}
+				for _, i := range []int{0, 1} {
+					assert.Equal(t, want, deletes[i].Load(), "deletes sent to taken node %d", i)
+				}
+				// (A granting node whose reply came after the two refusals
+				// decided the vote gets a second delete when it answers.)
+				for _, i := range []int{2, 3} {
+					assert.Positive(t, deletes[i].Load(), "deletes sent to granting node %d", i)
+				}
+				assert.Equal(t, "someone-else", c.nodes[0].Value("report"))
+			})
+		})
+	}
 }

@@ -68,13 +68,21 @@ type node struct {
 	backlog, late atomic.Int32
 	lateLimit     int32
 	queue         *nodeQueue // nil for clients the user owns (nodequeue.go)
+	// noResend: the node's client never sends a command twice (go-redis
+	// MaxRetries -1, as Dial and NewNodeClient set), so a "taken" reply
+	// is the answer to the attempt's only SET there: nothing to delete.
+	noResend bool
 }
 
 // limitBacklog sets the node's limit from its client's connection pool,
-// when the client says how large that is.
+// when the client says how large that is, and whether it never re-sends a
+// command (noResend).
 func (n *node) limitBacklog(rc any) {
-	if c, ok := rc.(*redis.Client); ok && c.Options().PoolSize > 0 {
-		n.lateLimit = int32(c.Options().PoolSize)
+	if c, ok := rc.(*redis.Client); ok {
+		if c.Options().PoolSize > 0 {
+			n.lateLimit = int32(c.Options().PoolSize)
+		}
+		n.noResend = c.Options().MaxRetries <= 0 // Options() reports -1 (no retries) as 0
 	}
 }
 
