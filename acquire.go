@@ -29,10 +29,12 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// wait holds one attempt's calls, goroutines and pooled connections
 		// whatever the number of attempts.
 		calls.wait()
-		if c.closed.Load() {
+		done, open := c.begin() // Close waits for the attempt from here
+		if !open {
 			return nil, ErrClosed
 		}
 		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
+		done()
 		if err == nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, may still run: they end in the background, tracked by

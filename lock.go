@@ -253,7 +253,9 @@ func (l *Lock) Release(ctx context.Context) error {
 
 func (l *Lock) release(ctx context.Context) (*tally, error) {
 	c := l.client
-	if c.closed.Load() {
+	done, open := c.begin() // Close waits for the release from here
+	defer done()
+	if !open {
 		return nil, ErrClosed
 	}
 	l.state.released.Store(true)
@@ -461,7 +463,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := l.cfg.checkRetention(ttl); err != nil {
 		return nil, nil, err
 	}
-	if c.closed.Load() {
+	done, open := c.begin() // Close waits for the extension from here
+	defer done()
+	if !open {
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()

@@ -147,13 +147,24 @@ type Client struct {
 // nothing: Close no longer waits, and the operation's node calls fail fast
 // on the closed connections (or run on the caller's own clients).
 func (c *Client) track() (done func()) {
+	done, _ = c.begin()
+	return done
+}
+
+// begin counts one more operation in flight, as track does, and reports
+// whether the Client was still open: an operation that checked "not
+// closed" and then started its votes could otherwise see a Close that ran
+// entirely in between (it would wait for nothing, and the operation's node
+// calls would fail on closed connections). An operation holds what begin
+// returns until it has started its votes, which are tracked themselves.
+func (c *Client) begin() (done func(), open bool) {
 	c.closeMu.RLock()
 	defer c.closeMu.RUnlock()
 	if c.closed.Load() {
-		return func() {}
+		return func() {}, false
 	}
 	c.inflight.Add(1)
-	return c.inflight.Done
+	return c.inflight.Done, true
 }
 
 // New returns a Client over the given go-redis clients, one per independent
