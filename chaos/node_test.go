@@ -332,7 +332,7 @@ func TestNodeSetClockRate(t *testing.T) {
 		n, rdb := oneNode(t, ClusterOptions{Backend: b})
 		setKey(t, rdb, "k", 600*time.Millisecond)
 		start := time.Now()
-		mustDo(t, "SetClockRate", n.SetClockRate(2))
+		mustDo(t, "SetClockRate", n.SetClockRate(3))
 		if n.ClockRate() != 3 {
 			t.Errorf("ClockRate = %v, want 3", n.ClockRate())
 		}
