@@ -194,7 +194,12 @@ func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner st
 // lock's owner value, and returns as soon as a majority (N/2+1) of the nodes
 // decided the result: it does not wait for the other nodes, whose deletes
 // finish in the background (see below). It waits for a node at most the
-// per-node timeout. It runs even if ctx is already canceled (a half-done
+// per-node timeout, counted from the delete's turn on that node: on the
+// nodes Dial connects to, a delete may first wait for a free connection
+// (WithNodeTimeout) until the lock's keys would be gone on their own (the
+// longest TTL the lock used, plus two per-node timeouts, from now), so with
+// a long queue in this client Release can take that long. It runs even if
+// ctx is already canceled (a half-done
 // release would leave keys until their TTL); ctx's values are passed on.
 //
 // It returns, looking only at the nodes that answered (deleted, "not held" or
