@@ -478,6 +478,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
 	}
+	// Recorded before the vote: a failed extension may still have applied
+	// this TTL on some nodes, and Release must wait for those keys too.
+	l.state.noteTTL(ttl)
 	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
@@ -504,7 +507,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	}
 	l.reput(ctx, t, start, ttl, timeout)
 	next := *l
-	l.state.noteTTL(ttl)
 	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
 	return &next, t, nil

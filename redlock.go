@@ -131,24 +131,43 @@ func (c *Client) majorityKeepsUp() bool {
 // safe for concurrent use. Close it when done: it waits for calls still in
 // flight and closes the connections it dialed itself.
 type Client struct {
-	nodes    []*node
-	quorum   int
-	cfg      config
-	queued   bool // every node has a queue: the client dialed them (Dial)
-	inflight sync.WaitGroup
-	closed   atomic.Bool
-	// closeMu orders track's Add against Close's Wait (a WaitGroup must not
-	// be added to while a Wait that saw zero is returning).
-	closeMu sync.RWMutex
+	nodes  []*node
+	quorum int
+	cfg    config
+	queued bool // every node has a queue: the client dialed them (Dial)
+	closed atomic.Bool
+	// inflightMu guards the count of operations and node-call batches in
+	// flight; idle is closed when it drops to zero while Close waits.
+	inflightMu sync.Mutex
+	inflight   int
+	idle       chan struct{}
 }
 
-// track counts one more operation in flight, so that Close waits for it, and
-// returns the function to call when it ends. Once Close has begun it counts
-// nothing: Close no longer waits, and the operation's node calls fail fast
-// on the closed connections (or run on the caller's own clients).
+// track counts one more batch of node calls in flight, so that Close waits
+// for it, and returns the function to call when it ends. While anything is
+// in flight it always counts, even once Close has begun: the batches of an
+// operation that got past begin (its votes, their stragglers, late grants'
+// clean-up) are waited for like the operation itself. Once Close has seen
+// nothing in flight it counts nothing: the calls then fail fast on the
+// closed connections (or run on the caller's own clients).
 func (c *Client) track() (done func()) {
-	done, _ = c.begin()
-	return done
+	c.inflightMu.Lock()
+	defer c.inflightMu.Unlock()
+	if c.closed.Load() && c.inflight == 0 {
+		return func() {}
+	}
+	c.inflight++
+	return c.untrack
+}
+
+// untrack ends what track or begin counted.
+func (c *Client) untrack() {
+	c.inflightMu.Lock()
+	defer c.inflightMu.Unlock()
+	if c.inflight--; c.inflight == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
 }
 
 // begin counts one more operation in flight, as track does, and reports
@@ -158,13 +177,13 @@ func (c *Client) track() (done func()) {
 // calls would fail on closed connections). An operation holds what begin
 // returns until it has started its votes, which are tracked themselves.
 func (c *Client) begin() (done func(), open bool) {
-	c.closeMu.RLock()
-	defer c.closeMu.RUnlock()
+	c.inflightMu.Lock()
+	defer c.inflightMu.Unlock()
 	if c.closed.Load() {
 		return func() {}, false
 	}
-	c.inflight.Add(1)
-	return c.inflight.Done, true
+	c.inflight++
+	return c.untrack, true
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -401,13 +420,20 @@ func (c *Client) Quorum() int { return c.quorum }
 // passed to New are left open. Later calls return ErrClosed. Close is
 // idempotent.
 func (c *Client) Close() error {
-	c.closeMu.Lock()
-	already := c.closed.Swap(true)
-	c.closeMu.Unlock()
-	if already {
+	c.inflightMu.Lock()
+	if c.closed.Swap(true) {
+		c.inflightMu.Unlock()
 		return nil
 	}
-	c.inflight.Wait()
+	var idle chan struct{}
+	if c.inflight > 0 {
+		c.idle = make(chan struct{})
+		idle = c.idle
+	}
+	c.inflightMu.Unlock()
+	if idle != nil {
+		<-idle // a channel: testing/synctest sees the wait as durable
+	}
 	var errs []error
 	for _, n := range c.nodes {
 		if n.closer != nil {

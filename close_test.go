@@ -1,0 +1,209 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// A failed Extend with a longer TTL that applied on one node, then Release
+// behind a busy queue: does any key outlive Close?
+func TestRelease_AfterAFailedLongerExtendLeavesNoKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, rl := dialCluster(t, 3, 1)
+		l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+		require.NoError(t, err)
+		for _, n := range nodes[1:] {
+			n.FailIf(func(cmd string, args []string) bool { return isScript("extend", cmd, args) })
+		}
+		_, err = l.Extend(context.Background(), 60*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNoQuorum)
+		for _, n := range nodes[1:] {
+			n.FailIf(nil)
+		}
+		require.True(t, nodes[0].Has("k"))
+		// Busy queue: other keys' acquisitions, slow on every node.
+		for _, n := range nodes {
+			n.SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+				return len(args) > 2 && strings.HasPrefix(args[2], "o")
+			})
+		}
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				ol, err := rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
+				if err == nil {
+					_ = ol.Release(context.Background())
+				}
+			})
+		}
+		time.Sleep(time.Millisecond)
+		relErr := l.Release(context.Background())
+		wg.Wait()
+		require.NoError(t, rl.Close())
+		t.Logf("release: %v", relErr)
+		for i, n := range nodes {
+			assert.False(t, n.Has("k"), "node %d still holds k after Release and Close (ttl %v)", i, n.m.TTL("k"))
+		}
+	})
+}
+
+// Close while Release waits for a queued delete: Close must wait and return,
+// and Release must end.
+func TestClose_WaitsForAQueuedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, rl := dialCluster(t, 3, 1)
+		l, err := rl.Acquire(context.Background(), "k", 2*time.Second)
+		require.NoError(t, err)
+		for _, n := range nodes {
+			n.SlowIf(100*time.Millisecond, func(cmd string, args []string) bool {
+				return len(args) > 2 && strings.HasPrefix(args[2], "o")
+			})
+		}
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				_, _ = rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
+			})
+		}
+		time.Sleep(time.Millisecond)
+		relDone := make(chan error, 1)
+		go func() { relDone <- l.Release(context.Background()) }()
+		time.Sleep(time.Millisecond)
+		closeDone := make(chan error, 1)
+		go func() { closeDone <- rl.Close() }()
+		synctest.Wait()
+		select {
+		case err := <-closeDone:
+			t.Fatalf("Close returned (%v) before the queued Release ended", err)
+		default:
+		}
+		require.NoError(t, <-relDone)
+		require.NoError(t, <-closeDone)
+		wg.Wait()
+		for i, n := range nodes {
+			assert.False(t, n.Has("k"), "node %d", i)
+		}
+	})
+}
+
+// An Extend whose ctx ends while its calls are on the nodes, then Release
+// right away (no busy queue).
+func TestRelease_AfterACanceledExtendLeavesNoKey(t *testing.T) {
+	for _, pool := range []int{1, 10} {
+		t.Run(fmt.Sprint("pool", pool), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := dialCluster(t, 3, pool)
+				l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+				require.NoError(t, err)
+				for _, n := range nodes {
+					n.SlowScripts(50*time.Millisecond, "extend")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				_, err = l.Extend(ctx, 60*time.Second)
+				cancel()
+				t.Logf("extend: %v", err)
+				require.Error(t, err)
+				relErr := l.Release(context.Background())
+				t.Logf("release: %v", relErr)
+				require.NoError(t, rl.Close())
+				time.Sleep(time.Second) // past the original TTL
+				for i, n := range nodes {
+					assert.False(t, n.Has("k"), "node %d still holds k after Release and Close (ttl %v)", i, n.m.TTL("k"))
+				}
+			})
+		})
+	}
+}
+
+// Close lands after Acquire's begin and before its votes start (the owner
+// generator is the hook): are the attempt's node calls still waited for?
+func TestClose_WaitsForAnOperationPastBegin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, rl := dialCluster(t, 3, 10)
+		nodes[2].SlowAcquire(50 * time.Millisecond) // a straggler
+		t0 := time.Now()
+		closed := make(chan error, 1)
+		gen := redlock.WithOwnerGenerator(func() (string, error) {
+			go func() {
+				err := rl.Close()
+				took := time.Since(t0)
+				assert.GreaterOrEqual(t, took, 50*time.Millisecond, "Close returned while node 2's acquire call (50 ms) was still running")
+				closed <- err
+			}()
+			time.Sleep(time.Millisecond) // Close has set closed and waits
+			return "me", nil
+		})
+		l, err := rl.Acquire(context.Background(), "k", time.Second, gen)
+		t.Logf("acquire: %v at %v", err, time.Since(t0))
+		_ = l
+		require.NoError(t, <-closed)
+		time.Sleep(2 * time.Second)
+		t.Logf("after 2s: node2 has k: %v", nodes[2].Has("k"))
+	})
+}
+
+func TestClose_WaitsForAcquisitionStragglersAfterAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, rl := dialCluster(t, 3, 10)
+		nodes[2].SlowAcquire(50 * time.Millisecond) // a straggler
+		t0 := time.Now()
+		_, err := rl.Acquire(context.Background(), "k", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, rl.Close())
+		t.Logf("Close returned at %v; node2 has k: %v", time.Since(t0), nodes[2].Has("k"))
+	})
+}
+
+// Extend with a longer TTL (a straggling extension on node 2), then Release
+// on the old and on the new handle behind a busy queue.
+func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprint("oldHandle=", old), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := dialCluster(t, 3, 1)
+				l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+				require.NoError(t, err)
+				nodes[2].SlowScripts(150*time.Millisecond, "extend")
+				next, err := l.Extend(context.Background(), 20*time.Second)
+				require.NoError(t, err)
+				for _, n := range nodes {
+					n.SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+						return len(args) > 2 && strings.HasPrefix(args[2], "o")
+					})
+				}
+				var wg sync.WaitGroup
+				for i := range 40 {
+					wg.Go(func() {
+						ol, err := rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
+						if err == nil {
+							_ = ol.Release(context.Background())
+						}
+					})
+				}
+				time.Sleep(time.Millisecond)
+				h := next
+				if old {
+					h = l
+				}
+				relErr := h.Release(context.Background())
+				wg.Wait()
+				require.NoError(t, rl.Close())
+				t.Logf("release: %v", relErr)
+				assert.NoError(t, relErr)
+				for i, n := range nodes {
+					assert.False(t, n.Has("k"), "node %d still holds k (ttl %v)", i, n.m.TTL("k"))
+				}
+			})
+		})
+	}
+}
