@@ -372,7 +372,13 @@ func TestDial_ConnectionSetUpRunsInTheCommandsSlot(t *testing.T) {
 // (not from the attempt's start, which a queued SET follows), so after
 // Close no key is left. Both failed before: Releases returned ErrNoQuorum
 // with every node timed out, and with a 150 ms TTL keys outlived Close.
+//
+// With the 150 ms TTL the queue (100 calls × 5 ms on one connection, about
+// 500 ms) can outlast the keys: a delete that gets its turn after its key
+// expired finds it gone, and a majority of such answers makes Release return
+// ErrNotHeld; that is allowed there, never ErrNoQuorum.
 func TestDial_ReleaseBehindABusyQueue(t *testing.T) {
+	const queueLength = 500 * time.Millisecond
 	for _, ttl := range []time.Duration{150 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(ttl.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -395,6 +401,9 @@ func TestDial_ReleaseBehindABusyQueue(t *testing.T) {
 						won.Add(1)
 						if err := l.Release(context.Background()); err != nil {
 							mu.Lock()
+							if ttl < queueLength && errors.Is(err, redlock.ErrNotHeld) {
+								return // the keys expired while the deletes waited
+							}
 							relErrs = append(relErrs, err.Error())
 							mu.Unlock()
 						}
