@@ -32,23 +32,9 @@ func TestRelease_AfterAFailedLongerExtendLeavesNoKey(t *testing.T) {
 		}
 		require.True(t, nodes[0].Has("k"))
 		// Busy queue: other keys' acquisitions, slow on every node.
-		for _, n := range nodes {
-			n.SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-				return len(args) > 2 && strings.HasPrefix(args[2], "o")
-			})
-		}
-		var wg sync.WaitGroup
-		for i := range 40 {
-			wg.Go(func() {
-				ol, err := rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
-				if err == nil {
-					_ = ol.Release(context.Background())
-				}
-			})
-		}
-		time.Sleep(time.Millisecond)
+		wait := fillQueues(rl, nodes, 50*time.Millisecond, 40, true)
 		relErr := l.Release(context.Background())
-		wg.Wait()
+		wait()
 		require.NoError(t, rl.Close())
 		t.Logf("release: %v", relErr)
 		for i, n := range nodes {
@@ -64,18 +50,7 @@ func TestClose_WaitsForAQueuedRelease(t *testing.T) {
 		nodes, rl := dialCluster(t, 3, 1)
 		l, err := rl.Acquire(context.Background(), "k", 2*time.Second)
 		require.NoError(t, err)
-		for _, n := range nodes {
-			n.SlowIf(100*time.Millisecond, func(cmd string, args []string) bool {
-				return len(args) > 2 && strings.HasPrefix(args[2], "o")
-			})
-		}
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Go(func() {
-				_, _ = rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
-			})
-		}
-		time.Sleep(time.Millisecond)
+		wait := fillQueues(rl, nodes, 100*time.Millisecond, 10, false)
 		relDone := make(chan error, 1)
 		go func() { relDone <- l.Release(context.Background()) }()
 		time.Sleep(time.Millisecond)
@@ -89,7 +64,7 @@ func TestClose_WaitsForAQueuedRelease(t *testing.T) {
 		}
 		require.NoError(t, <-relDone)
 		require.NoError(t, <-closeDone)
-		wg.Wait()
+		wait()
 		for i, n := range nodes {
 			assert.False(t, n.Has("k"), "node %d", i)
 		}
@@ -176,27 +151,13 @@ func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
 				nodes[2].SlowScripts(150*time.Millisecond, "extend")
 				next, err := l.Extend(context.Background(), 20*time.Second)
 				require.NoError(t, err)
-				for _, n := range nodes {
-					n.SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-						return len(args) > 2 && strings.HasPrefix(args[2], "o")
-					})
-				}
-				var wg sync.WaitGroup
-				for i := range 40 {
-					wg.Go(func() {
-						ol, err := rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
-						if err == nil {
-							_ = ol.Release(context.Background())
-						}
-					})
-				}
-				time.Sleep(time.Millisecond)
+				wait := fillQueues(rl, nodes, 50*time.Millisecond, 40, true)
 				h := next
 				if old {
 					h = l
 				}
 				relErr := h.Release(context.Background())
-				wg.Wait()
+				wait()
 				require.NoError(t, rl.Close())
 				t.Logf("release: %v", relErr)
 				assert.NoError(t, relErr)
@@ -206,4 +167,27 @@ func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
 			})
 		})
 	}
+}
+
+// fillQueues makes every node's client queue busy: each node takes delay
+// per call on keys "o0", "o1"..., and calls goroutines TryAcquire one of
+// them each (releasing what they win, if release). It returns once they
+// are all queued (1 ms of fake time), with the function that waits for them.
+func fillQueues(rl *redlock.Client, nodes []*testNode, delay time.Duration, calls int, release bool) (wait func()) {
+	for _, n := range nodes {
+		n.SlowIf(delay, func(cmd string, args []string) bool {
+			return len(args) > 2 && strings.HasPrefix(args[2], "o")
+		})
+	}
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			ol, err := rl.TryAcquire(context.Background(), fmt.Sprint("o", i), 10*time.Second)
+			if err == nil && release {
+				_ = ol.Release(context.Background())
+			}
+		})
+	}
+	time.Sleep(time.Millisecond)
+	return wg.Wait
 }
