@@ -251,7 +251,7 @@ func (a *acquisition) settle(r reply, st int32, token uint64) {
 		// Its SET ran before this reply: the key is gone by now + TTL.
 		ctx, cancel := a.c.cleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
 		defer cancel()
-		a.c.releaseOp(ctx, n, a.keys[:1], a.owner)
+		a.undo().run(ctx, n)
 		return
 	}
 	if a.shared.released.Load() {
@@ -455,8 +455,18 @@ func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumErr
 	return newQuorumError(OpAcquire, a.key, a.c.quorum, acq, ErrNotAcquired, cause)
 }
 
-// cleanUp releases the failed attempt's key on every node that may hold
-// it: all but those that answered "taken". The Redlock spec unlocks every
+// undo is the call that takes a failed attempt's grant back on a node: the
+// owner-checked delete of its key and, with the amnesia guard on, of the
+// epoch its grant created there (abandonScript).
+func (a *acquisition) undo() *scriptCall {
+	if a.quarantine > 0 {
+		return newScriptCall(abandonScript, a.keys, a.owner)
+	}
+	return newScriptCall(releaseScript, a.keys[:1], a.owner)
+}
+
+// cleanUp takes the failed attempt's grants back (undo) on every node that
+// may hold its key: all but those that answered "taken". The Redlock spec unlocks every
 // instance, since a node whose reply was lost may have set the key; a
 // "taken" reply is no such node when the node's client never re-sends a
 // command (node.noResend: Dial's clients, and New's with MaxRetries -1): it
@@ -467,7 +477,7 @@ func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumErr
 // the keys would have expired anyway.
 func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 	c := a.c
-	rel := newScriptCall(releaseScript, a.keys[:1], a.owner).forNodes(len(c.nodes))
+	rel := a.undo().forNodes(len(c.nodes))
 	// Each delete may wait for its node's turn until the key would be gone
 	// anyway: a SET that ran before now expires by now + TTL (the stragglers'
 	// later SETs are deleted again when they answer: settle).

@@ -14,13 +14,14 @@ var ScriptHashes = map[string]string{
 	"extend":       extendScript.Hash(),
 	"reput":        reputScript.Hash(),
 	"release":      releaseScript.Hash(),
+	"abandon":      abandonScript.Hash(),
 	"releaseVouch": releaseVouchScript.Hash(),
 }
 
 // LoadScripts loads every Lua script into a node's script cache, so that
 // later calls are one EVALSHA each (no NOSCRIPT round trip).
 func LoadScripts(ctx context.Context, rc redis.Scripter) error {
-	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, releaseVouchScript, inspectScript} {
+	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, abandonScript, releaseVouchScript, inspectScript} {
 		if err := s.Load(ctx, rc).Err(); err != nil {
 			return err
 		}

@@ -220,7 +220,7 @@ func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 // newWarmCluster is newCluster followed by warmUp: a delay or fault the
 // test installs next applies to the script call itself. It must run inside
 // a synctest bubble.
-func newWarmCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+func newWarmCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	t.Helper()
 	c := newCluster(t, n, opts...)
 	c.warmUp(t)
@@ -231,7 +231,7 @@ func newWarmCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
 // releases a throw-away lock, so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run
 // inside a synctest bubble: it waits for the stragglers' calls too.
-func (c *cluster) warmUp(t testing.TB) {
+func (c *cluster) warmUp(t testTB) {
 	t.Helper()
 	ctx := context.Background()
 	for _, nd := range c.nodes {

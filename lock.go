@@ -185,11 +185,6 @@ func (l *Lock) Attempts() int { return l.attempts }
 // OutcomePending. The slice is a copy.
 func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes...) }
 
-func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner string) reply {
-	code, err := releaseScript.Run(ctx, n.client, keys[:1], owner).Int64()
-	return reply{code: code, err: err}
-}
-
 // Release deletes the lock key on every node where it still holds this
 // lock's owner value, and returns as soon as a majority (N/2+1) of the nodes
 // decided the result: it does not wait for the other nodes, whose deletes

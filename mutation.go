@@ -24,6 +24,7 @@ func init() {
 		"fence":         fenceScript,
 		"reput":         reputScript,
 		"release":       releaseScript,
+		"abandon":       abandonScript,
 		"release-vouch": releaseVouchScript,
 		"extend":        extendScript,
 	} {

@@ -173,7 +173,11 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 // epoch next to the lock key; when a node lost it, its votes for that key are
 // not counted (outcome OutcomeQuarantined) until either a successful
 // acquisition that reached it (however late its reply) vouches for it, or
-// the quarantine has passed since the epoch was recreated. Choose the
+// the quarantine has passed since the epoch was recreated. An attempt that
+// fails takes back the epochs its own grants created (they count as new
+// again), so failed attempts do not quarantine a key whose nodes kept their
+// data, unless a node applied a grant after the client gave up waiting for
+// it (docs/fencing.md, "A failed attempt takes its epochs back"). Choose the
 // quarantine at least as long as the longest TTL any client uses on these
 // nodes (by then every lock the node may have forgotten has expired); each
 // call uses at least its own TTL; one minute is a good start. The guard

@@ -59,7 +59,7 @@ func (sc *scriptCall) argsFor(i int) []any {
 var boxedHashes = map[*redis.Script]any{}
 
 func init() {
-	for _, s := range []*redis.Script{acquireScript, releaseScript, releaseVouchScript, extendScript} {
+	for _, s := range []*redis.Script{acquireScript, releaseScript, abandonScript, releaseVouchScript, extendScript} {
 		boxedHashes[s] = s.Hash()
 	}
 }
@@ -102,8 +102,11 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 //
 // Keys: KEYS[1] is the lock key, KEYS[2] the key's fencing counter (see
 // fenceKey), KEYS[3] the key's epoch on this node (see epochKey), a hash with
-// `born` (node time in ms when it was created) and `trusted` ("1" once a
-// successful acquisition vouched for this node's copy of the key's history).
+// `born` (node time in ms when it was created), `by` (the owner value of the
+// attempt whose grant created it, absent when a write-back created it),
+// `trusted` ("1" once a successful acquisition vouched for this node's copy
+// of the key's history) and `void` ("1" while the attempt that created it
+// has failed and taken its grant back; see abandonScript).
 // All are named by the client so Redis Cluster can route the script to the
 // slot that owns them. The counter and the epoch expire after the retention
 // (WithRetention) once no grant, extension or write-back touches them.
@@ -153,7 +156,10 @@ end
 //	1  quarantined: the epoch is younger than the quarantine, never vouched for
 //	2  new: the epoch did not exist and was created now (first use of the key
 //	   on this node, the node lost its data, or the name was idle for the
-//	   retention)
+//	   retention), or it is void: a failed attempt created it and took its
+//	   grant back (abandonScript), so the node is as it was before that
+//	   attempt; a void epoch keeps its age, so that a node that lost its data
+//	   still leaves its quarantine on time
 //	3  aged: never vouched for, but older than the quarantine, so any grant
 //	   it may have forgotten has expired
 //
@@ -187,9 +193,9 @@ if q < 0 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local e = redis.call('HMGET', KEYS[3], 'born', 'trusted')
+local e = redis.call('HMGET', KEYS[3], 'born', 'trusted', 'void')
 if not e[1] then
-  redis.call('HSET', KEYS[3], 'born', now)
+  redis.call('HSET', KEYS[3], 'born', now, 'by', ARGV[1])
   redis.call('PEXPIRE', KEYS[3], r)
   return {1, c, 2, 0}
 end
@@ -200,6 +206,11 @@ if e[2] == '1' then
 end
 if age >= q then
   return {1, c, 3, age}
+end
+if e[3] then -- as if created now, but it keeps its age
+  redis.call('HSET', KEYS[3], 'by', ARGV[1])
+  redis.call('HDEL', KEYS[3], 'void')
+  return {1, c, 2, age}
 end
 return {1, c, 1, age}
 `)
@@ -271,6 +282,29 @@ var releaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  return 1
+end
+if v then return -1 end
+return 0
+`)
+
+// abandonScript is releaseScript for a failed attempt with the amnesia guard
+// on (the attempt's clean-up): where it deletes our key it also marks the
+// key's epoch void if our grant created it (`by` is our owner value, or the
+// epoch was void when our grant found it) and no successful acquisition
+// vouched for it since. The next grant there reports a void epoch as new
+// (acquireScript): for the first-use rule the node is as it was before our
+// SET, so a failed first use does not quarantine the key. Deleting the epoch
+// instead would restart its age, and a node that lost its data would never
+// leave its quarantine while attempts keep failing.
+var abandonScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  local e = redis.call('HMGET', KEYS[3], 'by', 'trusted')
+  if e[1] == ARGV[1] and e[2] ~= '1' then
+    redis.call('HSET', KEYS[3], 'void', '1')
+  end
   return 1
 end
 if v then return -1 end
