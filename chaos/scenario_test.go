@@ -300,3 +300,19 @@ func TestCatalogue_AvailableScenariosKeepAQuorum(t *testing.T) {
 		}
 	}
 }
+
+// The warm-up that gives the workload's key its history on the nodes must
+// succeed: where it cannot (here a majority is down), connect is an error,
+// not a trial that would measure a key without history (with the amnesia
+// guard, one whose every vote might stay quarantined), and it leaves no
+// client open.
+func TestConnect_KeyWithoutHistoryIsAnError(t *testing.T) {
+	c := newTestCluster(t, ClusterOptions{Nodes: 3})
+	mustDo(t, "Kill", c.Node(0).Kill())
+	mustDo(t, "Kill", c.Node(1).Kill())
+	w := Workload{Clients: 2, TTL: time.Second, Quarantine: time.Minute}
+	clients, err := w.connect(tctx(t, time.Second), [][]string{c.Addrs(), c.Addrs()}, nil)
+	require.ErrorContains(t, err, "the workload's key has no history on the nodes")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Nil(t, clients)
+}

@@ -121,8 +121,9 @@ type client struct {
 // acquire and release of a key of its own, so that the trial measures the
 // lock, not the first dials (a dial must fit in the per-node timeout, and
 // go-redis pauses dialing a node for a second after repeated dial failures).
-// Client 0 warms up on the workload's key itself: the key then has a history
-// on every node (a fencing counter, and with the amnesia guard a trusted
+// Client 0 warms up on the workload's key itself, retrying for up to 10 s
+// (an error if it cannot): the key then has a history on a majority of the
+// nodes at least (a fencing counter, and with the amnesia guard a trusted
 // epoch), as a key in production use would; the trial then deletes the lock
 // key itself (not its history) on every node, so that a release that failed
 // to delete it (a mutant) does not block the trial. Call it before any fault
@@ -165,22 +166,40 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 		clients[i] = c
 	}
 	var wg sync.WaitGroup
+	var historyErr error
 	for i, c := range clients {
 		wg.Go(func() {
-			key := fmt.Sprintf("%s:warmup:%d", w.key(), i)
 			if i == 0 {
-				key = w.key()
+				historyErr = warmUp(ctx, c, w.key(), 10*time.Second)
+				return
 			}
-			// A long node timeout: under the amnesia guard, a warm-up that
-			// failed half-way would leave the key's epochs unvouched on some
-			// nodes, and their votes quarantined for the whole trial.
-			if l, err := c.TryAcquire(ctx, key, 2*time.Second, redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)); err == nil {
-				_ = l.Release(ctx)
-			}
+			_ = warmUp(ctx, c, fmt.Sprintf("%s:warmup:%d", w.key(), i), 0)
 		})
 	}
 	wg.Wait()
+	if historyErr != nil {
+		closeClients(clients)
+		return nil, fmt.Errorf("chaos: the workload's key has no history on the nodes: %w", historyErr)
+	}
 	return clients, nil
+}
+
+// warmUp acquires and releases key once, with a long per-node timeout (the
+// first dials must fit in it), retrying for up to wait (0: one attempt).
+func warmUp(ctx context.Context, c client, key string, wait time.Duration) error {
+	opts := []redlock.Option{redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)}
+	acquire := c.TryAcquire
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+		acquire = c.Acquire
+	}
+	l, err := acquire(ctx, key, 2*time.Second, opts...)
+	if err != nil {
+		return err
+	}
+	return l.Release(context.WithoutCancel(ctx))
 }
 
 // dialClient returns a redlock client over addrs whose node connections are
