@@ -251,8 +251,27 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 // late receives a reply that arrived after the vote was decided. Grants that
 // come while the attempt is still undecided (it may be writing the token
 // back) wait for decide.
+//
+// A "taken" from a node whose client may re-send a command (!noResend) can
+// be about our own key: the first copy of the SET applied, its reply was
+// lost, and the re-sent copy found our key. When the attempt failed, it
+// gets the owner-checked undo like a late grant: the clean-up's undo may
+// have reached the node before that first copy ran. (After a success the
+// key is the holder's, and Release deletes it on every node.)
 func (a *acquisition) late(r reply) {
-	if r.err != nil || (r.code != codeApplied && r.code != codeQuarantined) {
+	if r.err != nil {
+		return
+	}
+	if r.code == codeTaken && !a.c.nodes[r.idx].noResend {
+		a.mu.Lock()
+		st := a.state
+		a.mu.Unlock()
+		if st == failed {
+			a.settle(r, failed, 0)
+		}
+		return
+	}
+	if r.code != codeApplied && r.code != codeQuarantined {
 		return
 	}
 	a.mu.Lock()

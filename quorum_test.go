@@ -346,3 +346,80 @@ func TestAcquire_FailedAttemptDeletesOnTakenNodesOnlyWithoutResends(t *testing.T
 		})
 	}
 }
+
+// resendHook models a node client that re-sends a command whose reply was
+// lost (go-redis with MaxRetries > 0, after a read timeout or a broken
+// connection): the first acquire call for the key waits d, runs, and is run
+// again, and the caller gets the second reply. The second SET NX finds the
+// key the first one set: "taken", about our own key.
+type resendHook struct {
+	key  string
+	d    time.Duration
+	done atomic.Bool
+}
+
+func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 4 || args[0] != "evalsha" || args[1] != redlock.ScriptHashes["acquire"] || args[3] != h.key || h.done.Swap(true) {
+			return next(ctx, cmd)
+		}
+		time.Sleep(h.d)
+		_ = next(ctx, cmd) // its reply is lost
+		return next(ctx, cmd)
+	}
+}
+
+// A failed attempt's key is deleted on a node whose client re-sends
+// commands even when that node's "taken" reply comes after the vote was
+// decided: the first copy of the SET applied after the clean-up's delete
+// ran there, and the re-sent copy found our own key. With the guard on,
+// the epoch that first copy created is voided, so the key is not
+// quarantined either.
+func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
+	for _, guard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var opts []redlock.Option
+				if guard {
+					opts = append(opts, redlock.WithQuarantine(time.Minute))
+				}
+				c := newWarmCluster(t, 3)
+				c.holdElsewhere(t, "report", time.Second, 0)
+				c.nodes[2].Refuse()
+				clients := make([]redis.UniversalClient, 3)
+				for i, n := range c.nodes {
+					o := n.rc.Options()
+					o.MaxRetries = -1
+					if i == 1 {
+						o.MaxRetries = 3 // may re-send
+					}
+					clients[i] = redis.NewClient(o)
+					t.Cleanup(func() { _ = clients[i].Close() })
+				}
+				// Node 1's reply comes after node 0's refusal and node 2's
+				// failure decided the vote, within the per-node timeout.
+				clients[1].(*redis.Client).AddHook(&resendHook{key: "report", d: 50 * time.Millisecond})
+				rl, err := redlock.New(clients, append(opts, redlock.WithLogger(slog.New(slog.DiscardHandler)))...)
+				require.NoError(t, err)
+				defer rl.Close()
+				_, err = rl.TryAcquire(context.Background(), "report", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				assert.Equal(t, redlock.OutcomePending, quorumError(t, err).Nodes[1].Outcome, "node 1 must answer after the decision")
+				time.Sleep(time.Second)
+				synctest.Wait() // node 1's late reply and what it sends
+				assert.False(t, c.nodes[1].Has("report"), "the failed attempt's key is left on node 1")
+				if guard {
+					assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "void"), "node 1's epoch is left unvouched")
+				}
+				require.NoError(t, rl.Close())
+				_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
+				time.Sleep(2 * time.Second)
+			})
+		})
+	}
+}
