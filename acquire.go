@@ -90,10 +90,12 @@ func unfixable(qe *QuorumError) error {
 
 // unfixableReplies are the prefixes of the error replies that the same
 // command on the same node will get again, until someone changes the
-// node's configuration or data: authentication and ACL errors, a replica
-// (read-only), a key of another type under the lock's name, scripting not
-// available.
-var unfixableReplies = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "WRONGTYPE ", "READONLY ", "ERR unknown command"}
+// node's configuration or data: authentication and ACL errors, a key of
+// another type under the lock's name, scripting not available. Not READONLY:
+// a master that a failover has just demoted answers it until the node's
+// client (a Sentinel failover client, which New accepts) switches to the
+// new master, which is why go-redis itself retries it; LOADING likewise.
+var unfixableReplies = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "WRONGTYPE ", "ERR unknown command"}
 
 // unfixableReply reports whether err is a Redis error reply that retrying
 // cannot fix (see unfixableReplies).
