@@ -694,3 +694,40 @@ func TestAmnesiaGuard_FailedAttemptVoidsOnlyItsOwnEpoch(t *testing.T) {
 		assert.False(t, states[2].Void)
 	})
 }
+
+// A void epoch that a holder vouches for by putting its key back (Extend on
+// a node that answered "not held") is trusted and no longer void: Inspect,
+// and so `redlock status`, must not report it void.
+func TestAmnesiaGuard_PutBackVouchesAVoidEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.holdElsewhere(t, "report", time.Second, 0)
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		synctest.Wait()
+		require.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "void"))
+		time.Sleep(time.Second)
+
+		c.nodes[2].Refuse()
+		l := c.acquire(t, ctx, "report", 10*time.Second) // nodes 0 and 1: a brand-new key
+		synctest.Wait()
+		c.nodes[2].Revive(t)
+		for c.nodes[2].rc.Ping(ctx).Err() != nil { // the pool drops its closed connections
+		}
+		// Node 2's "not held" comes before the majority decides the
+		// extension: the key is put back there.
+		c.nodes[0].SlowScripts(20*time.Millisecond, "extend")
+		c.nodes[1].SlowScripts(20*time.Millisecond, "extend")
+		l, err = l.Extend(ctx, 10*time.Second)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, l.Owner(), c.nodes[2].Value("report"), "the key is put back on node 2")
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "trusted"))
+		states, err := c.rl.Inspect(ctx, "report")
+		require.NoError(t, err)
+		assert.True(t, states[2].Trusted)
+		assert.False(t, states[2].Void, "a vouched epoch is not void")
+		require.NoError(t, l.Release(ctx))
+	})
+}
