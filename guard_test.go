@@ -680,8 +680,11 @@ func TestAmnesiaGuard_FailedAttemptVoidsOnlyItsOwnEpoch(t *testing.T) {
 		require.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "trusted"))
 
 		// Nodes 0 and 1 are held by someone else: the next attempt fails
-		// after node 2 granted it (quarantined).
+		// after node 2 granted it (quarantined; nodes 0 and 1 answer
+		// later).
 		c.holdElsewhere(t, "report", time.Second, 0, 1)
+		c.nodes[0].SlowScripts(10*time.Millisecond, "acquire")
+		c.nodes[1].SlowScripts(10*time.Millisecond, "acquire")
 		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.ErrorIs(t, err, redlock.ErrNotAcquired)
 		assert.Equal(t, redlock.OutcomeQuarantined, quorumError(t, err).Nodes[2].Outcome)
