@@ -370,12 +370,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
-		token     uint64
-		cause     error
-		wroteBack bool
+		token   uint64
+		cause   error
+		written *tally // the write-back's vote, if one was needed
 	)
 	if ok && cfg.fencing {
-		token, wroteBack, cause = a.fence(grants, calls)
+		token, written, cause = a.fence(grants, calls)
 		ok = cause == nil
 	}
 	acquiredAt := time.Now()
@@ -387,7 +387,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if !ok {
 		return nil, a.fail(acq, cause, calls)
 	}
-	return a.handOut(acq, grants, token, wroteBack, acquiredAt), nil
+	return a.handOut(acq, grants, token, written, acquiredAt), nil
 }
 
 // startAttempt draws the attempt's owner value and prepares what its node
@@ -476,18 +476,19 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 
 // fence derives the fencing token from the grants and, unless a quorum of
 // them already returned it, writes it back: the lock is handed out only
-// once a majority holds the token. cause says why a write-back fell short.
-func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wroteBack bool, cause error) {
+// once a majority holds the token. written is the write-back's vote (nil
+// when none was needed); cause says why a write-back fell short.
+func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, written *tally, cause error) {
 	token = grants.token()
 	if grants.agreed(a.c.quorum) {
-		return token, false, nil
+		return token, nil, nil
 	}
 	fence, done := a.writeBack(a.voteCtx, grants, token)
 	calls.add(done)
 	if fence.granted < a.c.quorum {
 		cause = writeBackError(fence, grants, token, a.c.quorum)
 	}
-	return token, true, cause
+	return token, fence, cause
 }
 
 // validity is the validity time the attempt leaves at acquiredAt, the
@@ -506,9 +507,9 @@ func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ra
 // handOut ends a successful attempt: the late grants and the grants that
 // still need the token or vouching get them in the background, and the
 // caller gets the Lock.
-func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, wroteBack bool, acquiredAt time.Time) *Lock {
+func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written *tally, acquiredAt time.Time) *Lock {
 	a.decide(succeeded, token)
-	a.finishGrants(grants, token, wroteBack)
+	a.finishGrants(grants, token, written)
 	a.shared.noteTTL(a.ttl)
 	return &Lock{
 		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
@@ -686,9 +687,11 @@ func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
 // finishGrants sends, in the background, what a successful acquisition's
 // grants still need beyond the decision: the token to grants whose counter
 // is below it, and vouching to untrusted grants (amnesia guard). It costs no
-// latency; Close waits for it. After a write-back (wroteBack) the grants
-// below the token have had theirs.
-func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
+// latency; Close waits for it. The grants that applied the write-back
+// (written) before its majority decided have had theirs; the others get it
+// again here: the write-back's calls still running when Acquire returned end
+// with the caller's context, which a deferred cancel ends at once.
+func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	type job struct {
 		n           *node
 		lift, vouch bool
@@ -697,7 +700,7 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 	for _, i := range g.idx {
 		lift := a.cfg.fencing && g.t.counters[i] < token
 		vouch := a.quarantine > 0 && g.t.epochs[i] != epochTrusted
-		if lift && wroteBack {
+		if lift && written != nil && written.results[i].Outcome == OutcomeGranted {
 			continue
 		}
 		if vouch || lift {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -733,4 +734,54 @@ func TestAmnesiaGuard_PutBackVouchesAVoidEpoch(t *testing.T) {
 		assert.False(t, states[2].Void, "a vouched epoch is not void")
 		require.NoError(t, l.Release(ctx))
 	})
+}
+
+// A grant whose token write-back had not answered when the write-back's
+// majority decided is finished in the background even after the caller's
+// context ends (a deferred cancel right after Acquire returns): its counter
+// gets the token and its epoch the holder's vouching, like a late grant's.
+// It used to be skipped (the write-back had been sent to it), and the
+// canceled call left the node unvouched, its votes quarantined.
+func TestAcquire_WriteBackStragglerIsFinishedAfterTheCallerCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		high := uint64(time.Now().UnixMicro()) + 1_000_000 // above the seeds
+		require.NoError(t, c.nodes[0].m.Set("{report}:fence", strconv.FormatUint(high, 10)))
+		// Node 2's client sends the write-back 10 ms late: after the
+		// caller's cancel.
+		c.nodes[2].rc.AddHook(slowSendHook{script: "fence", d: 10 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		cancel() // as a caller's deferred cancel does
+		require.NoError(t, err)
+		require.Equal(t, high+1, l.Token())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for i, nd := range c.nodes {
+			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
+			v, _ := nd.m.Get("{report}:fence")
+			assert.Equal(t, strconv.FormatUint(l.Token(), 10), v, "node %d", i)
+		}
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
+// slowSendHook delays the sending of one script's calls by d, in the
+// client: a context that ends meanwhile stops the call before it is sent.
+type slowSendHook struct {
+	script string
+	d      time.Duration
+}
+
+func (h slowSendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowSendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowSendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == redlock.ScriptHashes[h.script] {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
 }
