@@ -90,10 +90,12 @@ func unfixable(qe *QuorumError) error {
 
 // unfixableReplies are the prefixes of the error replies that the same
 // command on the same node will get again, until someone changes the
-// node's configuration or data: authentication and ACL errors, a replica
-// (read-only), a key of another type under the lock's name, scripting not
-// available.
-var unfixableReplies = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "WRONGTYPE ", "READONLY ", "ERR unknown command"}
+// node's configuration or data: authentication and ACL errors, a key of
+// another type under the lock's name, scripting not available. Not READONLY:
+// a master that a failover has just demoted answers it until the node's
+// client (a Sentinel failover client, which New accepts) switches to the
+// new master, which is why go-redis itself retries it; LOADING likewise.
+var unfixableReplies = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "WRONGTYPE ", "ERR unknown command"}
 
 // unfixableReply reports whether err is a Redis error reply that retrying
 // cannot fix (see unfixableReplies).
@@ -251,8 +253,27 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 // late receives a reply that arrived after the vote was decided. Grants that
 // come while the attempt is still undecided (it may be writing the token
 // back) wait for decide.
+//
+// A "taken" from a node whose client may re-send a command (!noResend) can
+// be about our own key: the first copy of the SET applied, its reply was
+// lost, and the re-sent copy found our key. When the attempt failed, it
+// gets the owner-checked undo like a late grant: the clean-up's undo may
+// have reached the node before that first copy ran. (After a success the
+// key is the holder's, and Release deletes it on every node.)
 func (a *acquisition) late(r reply) {
-	if r.err != nil || (r.code != codeApplied && r.code != codeQuarantined) {
+	if r.err != nil {
+		return
+	}
+	if r.code == codeTaken && !a.c.nodes[r.idx].noResend {
+		a.mu.Lock()
+		st := a.state
+		a.mu.Unlock()
+		if st == failed {
+			a.settle(r, failed, 0)
+		}
+		return
+	}
+	if r.code != codeApplied && r.code != codeQuarantined {
 		return
 	}
 	a.mu.Lock()
@@ -349,12 +370,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
-		token     uint64
-		cause     error
-		wroteBack bool
+		token   uint64
+		cause   error
+		written *tally // the write-back's vote, if one was needed
 	)
 	if ok && cfg.fencing {
-		token, wroteBack, cause = a.fence(grants, calls)
+		token, written, cause = a.fence(grants, calls)
 		ok = cause == nil
 	}
 	acquiredAt := time.Now()
@@ -366,7 +387,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if !ok {
 		return nil, a.fail(acq, cause, calls)
 	}
-	return a.handOut(acq, grants, token, wroteBack, acquiredAt), nil
+	return a.handOut(acq, grants, token, written, acquiredAt), nil
 }
 
 // startAttempt draws the attempt's owner value and prepares what its node
@@ -455,18 +476,19 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 
 // fence derives the fencing token from the grants and, unless a quorum of
 // them already returned it, writes it back: the lock is handed out only
-// once a majority holds the token. cause says why a write-back fell short.
-func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wroteBack bool, cause error) {
+// once a majority holds the token. written is the write-back's vote (nil
+// when none was needed); cause says why a write-back fell short.
+func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, written *tally, cause error) {
 	token = grants.token()
 	if grants.agreed(a.c.quorum) {
-		return token, false, nil
+		return token, nil, nil
 	}
 	fence, done := a.writeBack(a.voteCtx, grants, token)
 	calls.add(done)
 	if fence.granted < a.c.quorum {
 		cause = writeBackError(fence, grants, token, a.c.quorum)
 	}
-	return token, true, cause
+	return token, fence, cause
 }
 
 // validity is the validity time the attempt leaves at acquiredAt, the
@@ -485,9 +507,9 @@ func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ra
 // handOut ends a successful attempt: the late grants and the grants that
 // still need the token or vouching get them in the background, and the
 // caller gets the Lock.
-func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, wroteBack bool, acquiredAt time.Time) *Lock {
+func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written *tally, acquiredAt time.Time) *Lock {
 	a.decide(succeeded, token)
-	a.finishGrants(grants, token, wroteBack)
+	a.finishGrants(grants, token, written)
 	a.shared.noteTTL(a.ttl)
 	return &Lock{
 		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
@@ -665,9 +687,11 @@ func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
 // finishGrants sends, in the background, what a successful acquisition's
 // grants still need beyond the decision: the token to grants whose counter
 // is below it, and vouching to untrusted grants (amnesia guard). It costs no
-// latency; Close waits for it. After a write-back (wroteBack) the grants
-// below the token have had theirs.
-func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
+// latency; Close waits for it. The grants that applied the write-back
+// (written) before its majority decided have had theirs; the others get it
+// again here: the write-back's calls still running when Acquire returned end
+// with the caller's context, which a deferred cancel ends at once.
+func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	type job struct {
 		n           *node
 		lift, vouch bool
@@ -676,7 +700,7 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 	for _, i := range g.idx {
 		lift := a.cfg.fencing && g.t.counters[i] < token
 		vouch := a.quarantine > 0 && g.t.epochs[i] != epochTrusted
-		if lift && wroteBack {
+		if lift && written != nil && written.results[i].Outcome == OutcomeGranted {
 			continue
 		}
 		if vouch || lift {

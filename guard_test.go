@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -609,4 +610,178 @@ func seq(n int) []int {
 		s[i] = i
 	}
 	return s
+}
+
+// A node that really lost its data leaves its quarantine one quarantine
+// after its new epoch was created, however many attempts fail meanwhile:
+// each failed attempt voids the epoch its grant created, and the next grant
+// there must keep the epoch's age (resetting it would quarantine the node
+// for as long as attempts keep failing). Node 1 lost its data and node 2 is
+// down: every attempt before the quarantine ends fails.
+func TestAmnesiaGuard_FailedAttemptsDoNotProlongAQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		first := c.acquire(t, ctx, "report", 10*time.Second)
+		require.NoError(t, first.Release(ctx))
+		synctest.Wait()
+		c.nodes[1].m.FlushAll()
+		c.nodes[2].Refuse()
+
+		for range 6 { // at 0 s, 10 s, ..., 50 s after node 1's epoch was created
+			_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired, "node 1 may have forgotten a lock: quarantined")
+			synctest.Wait() // the clean-up: node 1's epoch is void
+			assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "void"))
+			time.Sleep(10 * time.Second)
+		}
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "one quarantine after node 1's epoch was created, its vote counts")
+		assert.Greater(t, l.Token(), first.Token())
+		require.NoError(t, l.Release(ctx))
+		_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
+		time.Sleep(2 * time.Second)
+	})
+}
+
+// A failed attempt voids only the epoch its own grant created (abandonScript
+// checks `by`), and a grant that finds a void epoch makes it its own (`by`
+// is its owner value, `void` is cleared): a successful holder's epoch whose
+// vouching never landed on a node is that holder's history, and stays as it
+// is when another attempt that was granted there fails.
+func TestAmnesiaGuard_FailedAttemptVoidsOnlyItsOwnEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		// A failed first use (node 0 held by someone else for a moment)
+		// leaves void epochs on nodes 1 and 2.
+		c.holdElsewhere(t, "report", time.Second, 0)
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		synctest.Wait()
+		for _, i := range []int{1, 2} {
+			require.Equal(t, "1", c.nodes[i].m.HGet("{report}:epoch", "void"), "node %d", i)
+		}
+		time.Sleep(time.Second)
+
+		// The holder's grants make the void epochs theirs; its vouching
+		// (fence, and its release's) fails on node 2.
+		c.nodes[2].FailIf(func(cmd string, args []string) bool {
+			return isScript("fence", cmd, args) || isScript("releaseVouch", cmd, args)
+		})
+		holder := c.acquire(t, ctx, "report", 10*time.Second)
+		synctest.Wait()
+		assert.Equal(t, holder.Owner(), c.nodes[2].m.HGet("{report}:epoch", "by"))
+		assert.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "void"), "the holder's grant took the void epoch over")
+		_ = holder.Release(ctx)
+		synctest.Wait()
+		c.nodes[2].FailIf(nil)
+		time.Sleep(10 * time.Second) // the holder's key expires on node 2
+		require.False(t, c.nodes[2].Has("report"))
+		require.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "trusted"))
+
+		// Nodes 0 and 1 are held by someone else: the next attempt fails
+		// after node 2 granted it (quarantined; nodes 0 and 1 answer
+		// later).
+		c.holdElsewhere(t, "report", time.Second, 0, 1)
+		c.nodes[0].SlowScripts(10*time.Millisecond, "acquire")
+		c.nodes[1].SlowScripts(10*time.Millisecond, "acquire")
+		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.Equal(t, redlock.OutcomeQuarantined, quorumError(t, err).Nodes[2].Outcome)
+		synctest.Wait() // the clean-up
+		require.False(t, c.nodes[2].Has("report"), "the failed attempt's key is deleted")
+		assert.Equal(t, holder.Owner(), c.nodes[2].m.HGet("{report}:epoch", "by"))
+		assert.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "void"), "an epoch the failed attempt did not create is not its to void")
+		states, err := c.rl.Inspect(ctx, "report")
+		require.NoError(t, err)
+		assert.False(t, states[2].Void)
+	})
+}
+
+// A void epoch that a holder vouches for by putting its key back (Extend on
+// a node that answered "not held") is trusted and no longer void: Inspect,
+// and so `redlock status`, must not report it void.
+func TestAmnesiaGuard_PutBackVouchesAVoidEpoch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.holdElsewhere(t, "report", time.Second, 0)
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		synctest.Wait()
+		require.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "void"))
+		time.Sleep(time.Second)
+
+		c.nodes[2].Refuse()
+		l := c.acquire(t, ctx, "report", 10*time.Second) // nodes 0 and 1: a brand-new key
+		synctest.Wait()
+		c.nodes[2].Revive(t)
+		for c.nodes[2].rc.Ping(ctx).Err() != nil { // the pool drops its closed connections
+		}
+		// Node 2's "not held" comes before the majority decides the
+		// extension: the key is put back there.
+		c.nodes[0].SlowScripts(20*time.Millisecond, "extend")
+		c.nodes[1].SlowScripts(20*time.Millisecond, "extend")
+		l, err = l.Extend(ctx, 10*time.Second)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, l.Owner(), c.nodes[2].Value("report"), "the key is put back on node 2")
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "trusted"))
+		states, err := c.rl.Inspect(ctx, "report")
+		require.NoError(t, err)
+		assert.True(t, states[2].Trusted)
+		assert.False(t, states[2].Void, "a vouched epoch is not void")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// A grant whose token write-back had not answered when the write-back's
+// majority decided is finished in the background even after the caller's
+// context ends (a deferred cancel right after Acquire returns): its counter
+// gets the token and its epoch the holder's vouching, like a late grant's.
+// It used to be skipped (the write-back had been sent to it), and the
+// canceled call left the node unvouched, its votes quarantined.
+func TestAcquire_WriteBackStragglerIsFinishedAfterTheCallerCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		high := uint64(time.Now().UnixMicro()) + 1_000_000 // above the seeds
+		require.NoError(t, c.nodes[0].m.Set("{report}:fence", strconv.FormatUint(high, 10)))
+		// Node 2's client sends the write-back 10 ms late: after the
+		// caller's cancel.
+		c.nodes[2].rc.AddHook(slowSendHook{script: "fence", d: 10 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		cancel() // as a caller's deferred cancel does
+		require.NoError(t, err)
+		require.Equal(t, high+1, l.Token())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for i, nd := range c.nodes {
+			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
+			v, _ := nd.m.Get("{report}:fence")
+			assert.Equal(t, strconv.FormatUint(l.Token(), 10), v, "node %d", i)
+		}
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
+// slowSendHook delays the sending of one script's calls by d, in the
+// client: a context that ends meanwhile stops the call before it is sent.
+type slowSendHook struct {
+	script string
+	d      time.Duration
+}
+
+func (h slowSendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowSendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowSendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == redlock.ScriptHashes[h.script] {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
 }

@@ -244,7 +244,10 @@ func TestRealRedis_WrongPasswordFailsAtOnce(t *testing.T) {
 		require.NoError(t, rc.plain[i].ConfigSet(ctx, "requirepass", "right").Err())
 		urls[i] = "redis://:wrong@" + s.Addr()
 	}
-	rl, err := redlock.Dial(urls)
+	// A node whose dial timed out (the default per-node timeout is 100 ms
+	// for this TTL) may still grant: the retry would be right, and
+	// Attempts == 1 flaky on a loaded machine.
+	rl, err := redlock.Dial(urls, redlock.WithNodeTimeout(2*time.Second))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, rl.Close()) }()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute) // only a bound for a broken build
@@ -301,4 +304,57 @@ func TestRealRedis_ReleasedWhilePausedDoesNotBlockNextHolder(t *testing.T) {
 	assert.Greater(t, next.Token(), l.Token())
 	require.NoError(t, next.Release(ctx))
 	rc.requireReleased(t, "report", 0, 1, 3, 4)
+}
+
+// The replies that stop Acquire are worded by redis-server 7 as the prefixes
+// in acquire.go expect, also when Redis raises them inside the acquire
+// script ("WRONGTYPE ... script: <sha>, on @user_script:N."): a hash under
+// the name of the lock's fencing counter on three of five servers (the
+// script's SET NX has applied when its INCR fails: the clean-up deletes the
+// key there too), and an ACL user whose key pattern excludes the lock, each
+// fail after one attempt with no deadline. (A key of another type under the
+// lock's own name is no WRONGTYPE: SET NX finds the name taken.)
+func TestRealRedis_UnfixableRepliesFailAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, reply string
+		setUp       func(t *testing.T, rc *realCluster, i int) string // returns the node's URL
+	}{
+		{"WRONGTYPE", "WRONGTYPE Operation against a key holding the wrong kind of value script: ", func(t *testing.T, rc *realCluster, i int) string {
+			require.NoError(t, rc.plain[i].HSet(context.Background(), "{report}:fence", "a", "b").Err())
+			return "redis://" + rc.servers[i].Addr()
+		}},
+		{"NOPERM", "NOPERM this user has no permissions to access one of the keys", func(t *testing.T, rc *realCluster, i int) string {
+			require.NoError(t, rc.plain[i].Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "+@all").Err())
+			return "redis://locker:pw@" + rc.servers[i].Addr()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := startRealCluster(t)
+			urls := make([]string, len(rc.servers))
+			for i, s := range rc.servers {
+				urls[i] = "redis://" + s.Addr()
+				if i < 3 {
+					urls[i] = tc.setUp(t, rc, i)
+				}
+			}
+			// A per-node timeout long enough that no server times out on a
+			// loaded machine: a timed-out node may still grant, and a
+			// retry would then be right.
+			rl, err := redlock.Dial(urls, redlock.WithNodeTimeout(2*time.Second))
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, rl.Close()) }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // only a bound for a broken build
+			defer cancel()
+			_, err = rl.Acquire(ctx, "report", 10*time.Second)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "it must not retry until the deadline")
+			assert.Equal(t, 1, quorumError(t, err).Attempts)
+			var reply redis.Error
+			require.ErrorAs(t, err, &reply)
+			assert.Contains(t, reply.Error(), tc.reply)
+			for i := range rc.servers {
+				assert.False(t, rc.exists(t, i, "report"), "server %d: the attempt's key is deleted", i)
+			}
+		})
+	}
 }

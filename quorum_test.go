@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/d3b93e30/redlock"
 )
@@ -345,4 +347,198 @@ func TestAcquire_FailedAttemptDeletesOnTakenNodesOnlyWithoutResends(t *testing.T
 			})
 		})
 	}
+}
+
+// resendHook models a node client that re-sends a command whose reply was
+// lost (go-redis with MaxRetries > 0, after a read timeout or a broken
+// connection): the first acquire call for the key waits d, runs, and is run
+// again, and the caller gets the second reply. The second SET NX finds the
+// key the first one set: "taken", about our own key.
+type resendHook struct {
+	key  string
+	d    time.Duration
+	done atomic.Bool
+}
+
+func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 4 || args[0] != "evalsha" || args[1] != redlock.ScriptHashes["acquire"] || args[3] != h.key || h.done.Swap(true) {
+			return next(ctx, cmd)
+		}
+		time.Sleep(h.d)
+		_ = next(ctx, cmd) // its reply is lost
+		return next(ctx, cmd)
+	}
+}
+
+// A failed attempt's key is deleted on a node whose client re-sends
+// commands even when that node's "taken" reply comes after the vote was
+// decided: the first copy of the SET applied after the clean-up's delete
+// ran there, and the re-sent copy found our own key. With the guard on,
+// the epoch that first copy created is voided, so the key is not
+// quarantined either.
+func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
+	for _, guard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guard=%v", guard), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var opts []redlock.Option
+				if guard {
+					opts = append(opts, redlock.WithQuarantine(time.Minute))
+				}
+				c := newWarmCluster(t, 3)
+				c.holdElsewhere(t, "report", time.Second, 0)
+				c.nodes[2].Refuse()
+				clients := make([]redis.UniversalClient, 3)
+				for i, n := range c.nodes {
+					o := n.rc.Options()
+					o.MaxRetries = -1
+					if i == 1 {
+						o.MaxRetries = 3 // may re-send
+					}
+					clients[i] = redis.NewClient(o)
+					t.Cleanup(func() { _ = clients[i].Close() })
+				}
+				// Node 1's reply comes after node 0's refusal and node 2's
+				// failure decided the vote, within the per-node timeout.
+				clients[1].(*redis.Client).AddHook(&resendHook{key: "report", d: 50 * time.Millisecond})
+				rl, err := redlock.New(clients, append(opts, redlock.WithLogger(slog.New(slog.DiscardHandler)))...)
+				require.NoError(t, err)
+				defer rl.Close()
+				_, err = rl.TryAcquire(context.Background(), "report", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				assert.Equal(t, redlock.OutcomePending, quorumError(t, err).Nodes[1].Outcome, "node 1 must answer after the decision")
+				time.Sleep(time.Second)
+				synctest.Wait() // node 1's late reply and what it sends
+				assert.False(t, c.nodes[1].Has("report"), "the failed attempt's key is left on node 1")
+				if guard {
+					assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "void"), "node 1's epoch is left unvouched")
+				}
+				require.NoError(t, rl.Close())
+				_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
+				time.Sleep(2 * time.Second)
+			})
+		})
+	}
+}
+
+// lossHook is resendHook for a property: while lose is set, every acquire
+// call for key waits d, runs, and runs again (the first reply lost); d
+// alone delays it.
+type lossHook struct {
+	key  string
+	mu   sync.Mutex
+	d    time.Duration
+	lose bool
+}
+
+func (h *lossHook) set(d time.Duration, lose bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.d, h.lose = d, lose
+}
+
+func (h *lossHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lossHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lossHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 4 || args[0] != "evalsha" || args[1] != redlock.ScriptHashes["acquire"] || args[3] != h.key {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		d, lose := h.d, h.lose
+		h.mu.Unlock()
+		time.Sleep(d)
+		if lose {
+			_ = next(ctx, cmd) // its reply is lost
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Failed attempts leave no key behind, also on nodes whose client re-sends
+// a command whose reply was lost (New with MaxRetries > 0), where a grant
+// can answer "taken" about our own key, in time or after the vote. Property,
+// over generated schedules on N = 3 or 5 nodes, guard on or off: a minority
+// of the nodes down, up to three clients racing for one key in each of a
+// few rounds, each node's acquire calls delayed by 0 to 50 ms (within the
+// per-node timeout) and their first replies lost or not; once every call
+// has finished, no node holds the key.
+func TestAcquire_FailedAttemptsWithResendsLeaveNoKey(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		rapid.SyncTest(rt, func(rt *rapid.T) {
+			ctx := context.Background()
+			n := rapid.SampledFrom([]int{3, 5}).Draw(rt, "nodes")
+			opts := []redlock.Option{redlock.WithLogger(slog.New(slog.DiscardHandler))}
+			if rapid.Bool().Draw(rt, "guard") {
+				opts = append(opts, redlock.WithQuarantine(time.Minute))
+			}
+			c := newWarmCluster(rt, n)
+			var rcs []*redis.Client
+			rt.Cleanup(func() { // runs last
+				for _, rc := range rcs {
+					_ = rc.Close()
+				}
+				for _, nd := range c.nodes {
+					_ = nd.rc.Close() // ends go-redis's re-dial loops
+				}
+				time.Sleep(2 * time.Second)
+			})
+			hooks := make([]*lossHook, n)
+			for i := range hooks {
+				hooks[i] = &lossHook{key: "report"}
+			}
+			var clients []*redlock.Client
+			for range 3 {
+				nodes := make([]redis.UniversalClient, n)
+				for i, nd := range c.nodes {
+					o := nd.rc.Options()
+					o.MaxRetries = 3 // may re-send
+					rc := redis.NewClient(o)
+					rc.AddHook(hooks[i])
+					rcs = append(rcs, rc)
+					nodes[i] = rc
+				}
+				rl, err := redlock.New(nodes, opts...)
+				require.NoError(rt, err)
+				rt.Cleanup(func() { _ = rl.Close() })
+				clients = append(clients, rl)
+			}
+			down := rapid.IntRange(0, (n-1)/2).Draw(rt, "down")
+			for _, i := range rapid.Permutation(seq(n)).Draw(rt, "order")[:down] {
+				c.nodes[i].Refuse()
+			}
+			delays := []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond}
+			for round := range rapid.IntRange(1, 4).Draw(rt, "rounds") {
+				for i, h := range hooks {
+					h.set(rapid.SampledFrom(delays).Draw(rt, fmt.Sprintf("round %d node %d delay", round, i)),
+						rapid.Bool().Draw(rt, fmt.Sprintf("round %d node %d loses a reply", round, i)))
+				}
+				var wg sync.WaitGroup
+				for _, rl := range clients[:rapid.IntRange(1, 3).Draw(rt, fmt.Sprintf("round %d clients", round))] {
+					wg.Go(func() {
+						if l, err := rl.TryAcquire(ctx, "report", ttl10s); err == nil {
+							_ = l.Release(ctx)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			for _, h := range hooks {
+				h.set(0, false)
+			}
+			time.Sleep(time.Second)
+			synctest.Wait() // every late reply and clean-up
+			for i, nd := range c.nodes {
+				assert.False(rt, nd.Has("report"), "node %d holds a key of a finished attempt: %q", i, nd.Value("report"))
+			}
+		})
+	})
 }

@@ -461,11 +461,15 @@ func (c *Client) Close() error {
 //
 // Whatever the retry policy, it makes no further attempt when so many nodes
 // answered with an error reply that retrying cannot fix that fewer than a
-// majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL), READONLY
-// (a replica), WRONGTYPE (another kind of key under the lock's name), ERR
-// unknown command (scripting disabled). A wrong password then fails at
-// once instead of retrying until ctx ends; the *QuorumError's Cause says
-// so and wraps the first such reply (errors.As with go-redis's redis.Error).
+// majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL),
+// WRONGTYPE (another kind of key under the name of the lock's fencing
+// counter or epoch; one under the lock's own name makes the node answer
+// "taken", as SET NX does), ERR unknown command (scripting disabled). A
+// wrong password then fails at once instead of retrying until ctx ends; the
+// *QuorumError's Cause says so and wraps the first such reply (errors.As
+// with go-redis's redis.Error). READONLY and LOADING are retried: a failover
+// or a restart ends them (a node that is a replica for good fails when ctx
+// ends).
 //
 // When it fails it returns a *QuorumError wrapping ErrNotAcquired (and ctx's
 // error if ctx ended), with every node's outcome in the last attempt; when it

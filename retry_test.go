@@ -290,7 +290,6 @@ func TestAcquire_StopsOnErrorsNoRetryFixes(t *testing.T) {
 		"NOAUTH Authentication required.",
 		"WRONGPASS invalid username-password pair or user is disabled.",
 		"NOPERM this user has no permissions to run the 'evalsha' command",
-		"READONLY You can't write against a read only replica.",
 		"WRONGTYPE Operation against a key holding the wrong kind of value",
 		"ERR unknown command 'evalsha', with args beginning with: ",
 	} {
@@ -334,5 +333,31 @@ func TestAcquire_StopsOnErrorsNoRetryFixes(t *testing.T) {
 			assert.Greater(t, l.Attempts(), 1)
 			require.NoError(t, l.Release(context.Background()))
 		})
+	})
+}
+
+// READONLY is what a master that a failover has just demoted answers until
+// the node's client (a Sentinel failover client, which New accepts) has
+// switched to the new master; go-redis retries it too. Acquire retries
+// through it as through LOADING: here two of three nodes answer READONLY
+// for half a second.
+func TestAcquire_RetriesThroughAFailoversReadOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		const readOnly = "READONLY You can't write against a read only replica."
+		c.nodes[0].Fail(readOnly)
+		c.nodes[1].Fail(readOnly)
+		go func() {
+			time.Sleep(500 * time.Millisecond) // the failover ends
+			c.nodes[0].Fail("")
+			c.nodes[1].Fail("")
+		}()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a failover's READONLY must be retried")
+		assert.Greater(t, l.Attempts(), 1)
+		require.NoError(t, l.Release(ctx))
 	})
 }

@@ -226,8 +226,8 @@ const (
 // luaLiftAndVouch is what fenceScript and reputScript do once they know the
 // node holds our lock: liftAndVouch(tok, vouch, r) sets the key's counter to
 // max(counter, tok) unless tok is "0", marks the node's epoch for the key
-// trusted (creating it) when vouch is "1", gives both the retention r (ms),
-// and returns 1.
+// trusted (creating it) and no longer void when vouch is "1", gives both the
+// retention r (ms), and returns 1.
 const luaLiftAndVouch = `
 local function liftAndVouch(tok, vouch, r)
   if tok ~= '0' then
@@ -241,6 +241,7 @@ local function liftAndVouch(tok, vouch, r)
     local t = redis.call('TIME')
     redis.call('HSETNX', KEYS[3], 'born', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     redis.call('HSET', KEYS[3], 'trusted', '1')
+    redis.call('HDEL', KEYS[3], 'void')
     redis.call('PEXPIRE', KEYS[3], r)
   end
   return 1

@@ -332,8 +332,9 @@ func count(n int, noun string) string {
 }
 
 // commonestFailure names the reason most failed calls of the trial gave,
-// as ` (the commonest failure, 12 of 40 calls: ...)`, or "" when none
-// failed: what a reader of a liveness failure needs first.
+// as ` (the commonest failure, 12 of 40 calls: ...)`, or says that none
+// failed before the trial ended (a call the trial's end cuts short is not
+// recorded as failed): what a reader of a liveness failure needs first.
 func commonestFailure(rep Report) string {
 	reason, n, all := "", 0, 0
 	for r, k := range rep.FailureReasons {
@@ -343,7 +344,7 @@ func commonestFailure(rep Report) string {
 		}
 	}
 	if all == 0 {
-		return " (no call failed either)"
+		return " (no call failed before the trial ended; calls the end cut short are not counted)"
 	}
 	return fmt.Sprintf(" (the commonest failure, %d of %d failed calls: %s)", n, all, reason)
 }
