@@ -480,6 +480,35 @@ func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 	})
 }
 
+// The guard's limit counts a node that does not answer in time as
+// unreachable: on 3 nodes, A holds the key on nodes 0 and 2 (node 1 was down
+// and has no history), node 0 loses its data, and node 2, which still holds
+// A's key, answers B too late. Nodes 0 and 1 both say "created just now", no
+// node says "taken", and B gets the key while A holds it. The same data loss
+// with every node answering is safe (node 2 says "taken"); on 5 nodes one
+// data loss plus one slow node stays within the limit (docs/fencing.md,
+// Limits).
+func TestAmnesiaGuard_EmptiedAndTimedOutMajorityLooksBrandNew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
+		c.nodes[1].Refuse() // down while A takes the key: no history there
+		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
+		c.nodes[1].Revive(t)
+		c.nodes[0].m.FlushAll()
+		c.nodes[2].SlowScripts(time.Second, "acquire") // holds A's key, answers too late
+		l, err := b.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "beyond the limit the key looks brand new")
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeGranted, redlock.OutcomeTimedOut}, outcomes(l.Nodes()))
+		assert.Positive(t, a.Validity())
+		assert.Positive(t, l.Validity())
+		c.nodes[2].SlowScripts(0, "acquire")
+		_ = c.nodes[1].rc.Close() // ends go-redis's re-dial loop
+		time.Sleep(2 * time.Second)
+	})
+}
+
 // The guard's limit: a data loss while other nodes are unreachable, so that
 // every node holding the key's history is emptied or down (here a majority
 // of the cluster: node 0 emptied, node 1 down), makes the key look brand new

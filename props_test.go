@@ -21,8 +21,8 @@ import (
 // schedules of client operations (Acquire, TryAcquire, two clients at once,
 // Extend longer and shorter, KeepAlive, Release) and node faults inside the
 // documented limits (lose data — guard on only, and while a node lost its
-// data in the last quarantine, the nodes that did plus those down stay a
-// minority —, kill and restart, one reply delayed past the decision,
+// data in the last quarantine, the nodes that did plus those down or about
+// to leave an acquire call unanswered stay a minority —, kill and restart, one reply delayed past the decision,
 // one reply dropped, one script call failed, one node's clock advanced within
 // the drift budget), runs them on in-process nodes in fake time, and after
 // every step checks:
@@ -146,6 +146,15 @@ type propNode struct {
 	}
 	nextFail string    // script whose next call fails
 	upset    time.Time // last dropped reply, failed call or kill
+}
+
+// acquireUnanswered reports whether the node's next acquire call is to
+// fail or time out: in that vote the node counts as unreachable for the
+// amnesia guard's limit (withinGuardLimit).
+func (pn *propNode) acquireUnanswered() bool {
+	pn.fmu.Lock()
+	defer pn.fmu.Unlock()
+	return pn.nextFail == "acquire" || (pn.nextDelay.script == "acquire" && pn.nextDelay.d >= 100*time.Millisecond)
 }
 
 func (pn *propNode) setUpset() {
@@ -521,18 +530,21 @@ func (m *model) loseDataLate(t *rapid.T) {
 }
 
 // withinGuardLimit reports whether node i may fail (lose its data when
-// wipe, else go down) within the amnesia guard's limit: while some node
-// lost its data in the last quarantine, the nodes that did, together with
-// those down, stay a minority. (Beyond it a key can look brand new:
-// TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew.) Guard off, no data
-// is lost and nodes may go down freely.
+// wipe, else go down or leave its next acquire call unanswered) within the
+// amnesia guard's limit: while some node lost its data in the last
+// quarantine, the nodes that did, together with those down and those whose
+// next acquire call is to fail or time out (unreachable for that vote),
+// stay a minority. (Beyond it a key can look brand new:
+// TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew,
+// TestAmnesiaGuard_EmptiedAndTimedOutMajorityLooksBrandNew.) Guard off, no
+// data is lost and nodes may go down freely.
 func (m *model) withinGuardLimit(i int, wipe bool) bool {
 	if !m.guard {
 		return true
 	}
 	faulty, wiped := map[int]bool{i: true}, wipe
 	for j, pn := range m.nodes {
-		if pn.down {
+		if pn.down || pn.acquireUnanswered() {
 			faulty[j] = true
 		}
 		for _, w := range pn.wipes {
@@ -603,6 +615,9 @@ func (m *model) dropReply(t *rapid.T) {
 func (m *model) setDelay(t *rapid.T, d time.Duration) {
 	i := rapid.IntRange(0, m.n-1).Draw(t, "node")
 	s := rapid.SampledFrom(propScripts).Draw(t, "script")
+	if s == "acquire" && d >= 100*time.Millisecond && !m.withinGuardLimit(i, false) {
+		t.Skip("beyond the guard's limit")
+	}
 	pn := m.nodes[i]
 	pn.fmu.Lock()
 	pn.nextDelay.script, pn.nextDelay.d = s, d
@@ -613,6 +628,9 @@ func (m *model) setDelay(t *rapid.T, d time.Duration) {
 func (m *model) failScript(t *rapid.T) {
 	i := rapid.IntRange(0, m.n-1).Draw(t, "node")
 	s := rapid.SampledFrom(propScripts).Draw(t, "script")
+	if s == "acquire" && !m.withinGuardLimit(i, false) {
+		t.Skip("beyond the guard's limit")
+	}
 	pn := m.nodes[i]
 	pn.fmu.Lock()
 	pn.nextFail = s
