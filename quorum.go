@@ -115,20 +115,30 @@ type nodeOp func(ctx context.Context, n *node) reply
 // too. A channel, not a function: a caller that makes many votes keeps only
 // those not yet done, and nothing of a finished vote stays reachable.
 func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, c.quorum, false, op, late).count(ctx)
+	return c.startVote(ctx, timeout, c.quorum, false, op, late, false).count(ctx)
+}
+
+// voteQuorumKeep is voteQuorum handing the replies that arrive after the
+// decision over on the returned channel (one per node at most, so none is
+// ever blocked), for a caller that goes on counting them: no callback and
+// no channel of its own to allocate.
+func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan reply) {
+	b := c.startVote(ctx, timeout, c.quorum, false, op, nil, true)
+	t, _ := b.count(ctx)
+	return t, b.replies
 }
 
 // voteAll is voteQuorum waiting for every node's answer, up to the
 // per-node timeout, for the operations that want every node (a failed
 // acquisition's clean-up, putting keys back after an extension).
 func (c *Client) voteAll(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil).count(ctx)
+	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil, false).count(ctx)
 }
 
 // startVote makes the ballot and starts one node call per node.
-func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) *ballot {
+func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply), keep bool) *ballot {
 	n := len(c.nodes)
-	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{}), all: all}
+	b := &ballot{replies: make(chan reply, n), late: late, keep: keep, done: make(chan struct{}), all: all}
 	t := &b.tally
 	both := make([]uint64, 2*n) // counters and epochs, in one allocation
 	t.results, t.counters, t.epochs, t.need = make([]NodeResult, n), both[:n:n], both[n:], need
@@ -252,6 +262,7 @@ type ballot struct {
 	closed  bool // decided: replies go to late
 	replies chan reply
 	late    func(reply)
+	keep    bool // once decided, replies still go to replies (voteQuorumKeep)
 
 	ctx     context.Context // the node calls' context: per-node timeout
 	expired <-chan struct{} // fires at the per-node timeout or when the caller's context ends
@@ -280,8 +291,8 @@ func (b *ballot) call(i int, nd *node, op nodeOp) {
 // decided; the mutex makes the hand-over exact.
 func (b *ballot) deliver(r reply) {
 	b.mu.Lock()
-	if !b.closed {
-		b.replies <- r
+	if !b.closed || b.keep {
+		b.replies <- r // room for one reply per node
 		b.mu.Unlock()
 		return
 	}

@@ -3,6 +3,9 @@ package redlock
 import (
 	"context"
 	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,17 +26,39 @@ type scriptCall struct {
 }
 
 func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
+	return newScriptCallBoxed(s, keys, nil, args...)
+}
+
+// newScriptCallBoxed is newScriptCall with the keys already boxed (keyArgs,
+// as boxedKeys returned them for the same keys), or nil to box them: boxing
+// a string allocates, and a release reuses what its acquisition boxed.
+// args are copied, not kept: the compiler can then keep a caller's argument
+// list on its stack.
+func newScriptCallBoxed(s *redis.Script, keys []string, keyArgs []any, args ...any) *scriptCall {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
 	hash, ok := boxedHashes[s]
 	if !ok {
 		hash = s.Hash()
 	}
 	cmd = append(cmd, "evalsha", hash, len(keys))
-	for _, k := range keys {
-		cmd = append(cmd, k)
+	if keyArgs != nil {
+		cmd = append(cmd, keyArgs...)
+	} else {
+		for _, k := range keys {
+			cmd = append(cmd, k)
+		}
 	}
-	return &scriptCall{script: s, keys: keys, args: args, cmd: append(cmd, args...)}
+	cmd = append(cmd, args...)
+	return &scriptCall{script: s, keys: keys, args: cmd[3+len(keys):], cmd: cmd}
 }
+
+// boxedKeys returns the call's keys as boxed in its command, for another
+// call on the same keys (newScriptCallBoxed); n of them, from the first.
+func (sc *scriptCall) boxedKeys(n int) []any { return sc.cmd[3 : 3+n : 3+n] }
+
+// boxedArg returns the call's i-th argument (ARGV[i+1]) as boxed in its
+// command.
+func (sc *scriptCall) boxedArg(i int) any { return sc.args[i] }
 
 // forNodes makes room for the copies of the command that n nodes get, in one
 // allocation instead of one per node, and returns sc. A call made so must
@@ -52,6 +77,28 @@ func (sc *scriptCall) argsFor(i int) []any {
 	args := sc.copies[i*m : (i+1)*m : (i+1)*m]
 	copy(args, sc.cmd)
 	return args
+}
+
+// millisArg is a duration in milliseconds as the scripts take it, a decimal
+// string, boxed (see millisArgs).
+type millisArg struct {
+	d time.Duration
+	v any
+}
+
+// millisArgs remembers the last duration it boxed as a script argument:
+// a Client's calls mostly use one TTL and one retention, and formatting and
+// boxing them per attempt cost four allocations.
+type millisArgs struct{ last atomic.Pointer[millisArg] }
+
+// arg returns d in milliseconds, a decimal string, boxed.
+func (m *millisArgs) arg(d time.Duration) any {
+	if p := m.last.Load(); p != nil && p.d == d {
+		return p.v
+	}
+	p := &millisArg{d: d, v: strconv.FormatInt(d.Milliseconds(), 10)}
+	m.last.Store(p)
+	return p.v
 }
 
 // boxedHashes holds the hash of each script sent through scriptCall, boxed
