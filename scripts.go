@@ -163,13 +163,12 @@ const (
 	codeTaken   = -1
 )
 
-// luaHelpers holds a Lua fragment the scripts below share: micros() is the
-// node's clock in microseconds as a decimal string, built from TIME's two
-// fields without floating point (Lua numbers would print 16 digits as
-// "1.7e+15").
+// luaHelpers holds a Lua fragment the scripts below share: micros(t) is the
+// time t that TIME returned, in microseconds, as a decimal string built from
+// its two fields without floating point (Lua numbers would print 16 digits
+// as "1.7e+15").
 const luaHelpers = `
-local function micros()
-  local t = redis.call('TIME')
+local function micros(t)
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 end
 `
@@ -223,13 +222,15 @@ if ARGV[5] == '1' then
   if c ~= 1 then
     redis.call('PEXPIRE', KEYS[2], r)
   else -- the counter did not exist: seed it
-    local now = micros()
-    local d = tonumber(now) - tonumber(ARGV[6])
+    local t = redis.call('TIME')
+    -- the node's clock in microseconds minus the proposal: exact, since
+    -- both are below 2^53
+    local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
     if d >= 0 and d <= 50000 then
       redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
       c = tonumber(ARGV[7])
     else
-      c = redis.call('INCRBY', KEYS[2], now) -- 1 + now
+      c = redis.call('INCRBY', KEYS[2], micros(t)) -- 1 + now
       redis.call('PEXPIRE', KEYS[2], r)
     end
   end
