@@ -114,8 +114,9 @@ func (vc *voteCalls) wait() {
 }
 
 // errShed is the error of a call not sent to a node because that node
-// already had too many calls of this Client running (Client.enter): for the
-// vote, the node did not answer in time.
+// already had too many calls of this Client running (Client.enter). An
+// acquisition's vote leaves such a node pending (reply.shed): it was not
+// asked, so it neither answered nor timed out.
 var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", errNotSent, context.DeadlineExceeded)
 
 // attempt states, read by late replies to know what they still need.
@@ -366,7 +367,7 @@ func (a *acquisition) acquireCall() *scriptCall {
 func (a *acquisition) vote(calls *voteCalls) *tally {
 	c := a.c
 	acq, done := c.voteQuorum(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
-		r := reply{err: errShed}
+		r := reply{err: errShed, shed: true}
 		if c.enter(n, true) {
 			r = a.grant(ctx, n)
 			n.exit()

@@ -18,6 +18,10 @@ type Outcome int
 
 // The outcomes a node can report. OutcomePending means the node had not
 // answered when the vote was decided: Redlock does not wait for stragglers.
+// An acquisition also leaves pending a node it did not ask because this
+// Client's calls to it were backed up (as many still running after their
+// votes were decided as its connection pool's size, while a majority of the
+// nodes kept up): the client's own backlog, not a timeout of the node's.
 const (
 	OutcomePending     Outcome = iota // no reply before the vote was decided
 	OutcomeGranted                    // the operation applied: key set, extended, released or fenced
@@ -74,6 +78,11 @@ type reply struct {
 	left    time.Duration
 	err     error
 	latency time.Duration
+	// shed: the acquisition was not sent to the node (errShed, Client.enter),
+	// its own backlog on the node being full while a majority kept up. The
+	// vote counts it as no grant and leaves the node pending: the client's
+	// own queueing is not the node timing out.
+	shed bool
 }
 
 // tally is the state of one vote: every node's result so far, and the
@@ -193,6 +202,9 @@ func (b *ballot) count(ctx context.Context) (*tally, <-chan struct{}) {
 func (b *ballot) record(ctx context.Context, r reply) {
 	t := &b.tally
 	b.answered++
+	if r.shed {
+		return // pending; not an answer of the node's (see reply.shed)
+	}
 	res := &t.results[r.idx]
 	res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
 	if res.Outcome == OutcomeTimedOut {
