@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -171,8 +170,9 @@ func (vc *voteCalls) wait() {
 }
 
 // errShed is the error of a call not sent to a node because that node
-// already had too many calls of this Client running (Client.enter): for the
-// vote, the node did not answer in time.
+// already had too many calls of this Client running (Client.enter). An
+// acquisition's vote leaves such a node pending (reply.shed): it was not
+// asked, so it neither answered nor timed out.
 var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", errNotSent, context.DeadlineExceeded)
 
 // attempt states, read by late replies to know what they still need.
@@ -208,10 +208,6 @@ type acquisition struct {
 	// withQueueBy).
 	start   time.Time
 	voteCtx context.Context
-	// running[i] is 0 while node i's acquire call runs, 1 once it was
-	// counted late (still running when the vote was decided: node.late),
-	// 2 once it ended.
-	running []atomic.Int32
 	call    *scriptCall // the acquire script's command, the same for every node
 
 	mu    sync.Mutex
@@ -315,7 +311,7 @@ func (a *acquisition) decide(st int32, token uint64) {
 // deleted (the SET ran before this reply, the clean-up's delete may have run
 // before the SET). After a release nothing is left to do: Release sends
 // this node its delete only once this reply has arrived
-// (lockState.replied). After a success the node gets what the granting
+// (lockState.calls). After a success the node gets what the granting
 // nodes got: the token written back if its counter is below it, and, with
 // the guard on, the holder's vouching if its epoch is not trusted (however
 // late the grant, it holds this holder's key, so it has forgotten nothing
@@ -421,7 +417,6 @@ func (c *Client) startAttempt(ctx context.Context, key string, keys []string, tt
 		a.decided = make(chan struct{})
 	}
 	a.voteCtx = c.withQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
-	a.running = make([]atomic.Int32, len(c.nodes))
 	return a, nil
 }
 
@@ -438,8 +433,8 @@ func (a *acquisition) acquireCall() *scriptCall {
 		fence = "1"
 	}
 	seed, seedNext := seedProposal(time.Now())
-	ttlMs := strconv.FormatInt(a.ttl.Milliseconds(), 10)
-	return newScriptCall(acquireScript, a.keys, a.owner, ttlMs, qMs, retentionMs(a.cfg), fence, seed, seedNext).forNodes(len(a.c.nodes))
+	c := a.c
+	return newScriptCall(acquireScript, a.keys, a.owner, c.ttlArg.arg(a.ttl), qMs, c.retentionArg.arg(a.cfg.retention), fence, seed, seedNext).forNodes(len(c.nodes))
 }
 
 // vote asks every node for the key and decides at the quorum; the node
@@ -447,27 +442,20 @@ func (a *acquisition) acquireCall() *scriptCall {
 func (a *acquisition) vote(calls *voteCalls) *tally {
 	c := a.c
 	acq, done := c.voteQuorum(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
-		defer close(a.shared.replied[n.idx])
-		defer func() {
-			if a.running[n.idx].Swap(2) == 1 {
-				n.late.Add(-1)
-			}
-		}()
-		ok := c.enter(n, true)
-		if !ok {
-			a.shared.unsent[n.idx] = true
-			return reply{err: errShed}
+		r := reply{err: errShed, shed: true}
+		if c.enter(n, true) {
+			r = a.grant(ctx, n)
+			n.exit()
 		}
-		defer n.exit()
-		r := a.grant(ctx, n)
-		if errors.Is(r.err, errNotSent) {
-			a.shared.unsent[n.idx] = true // the node's queue dropped it: no clean-up
+		// Not sent (shed, or the node's queue dropped it): no clean-up.
+		if a.shared.calls.markReturned(n.idx, !errors.Is(r.err, errNotSent)) {
+			n.late.Add(-1)
 		}
 		return r
 	}, a.late)
 	calls.add(done)
 	for i, n := range c.nodes {
-		if a.running[i].CompareAndSwap(0, 1) { // a straggler
+		if a.shared.calls.markLate(i) { // a straggler
 			n.late.Add(1)
 		}
 	}
@@ -513,6 +501,7 @@ func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written
 	a.shared.noteTTL(a.ttl)
 	return &Lock{
 		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
+		keyArgs: a.call.boxedKeys(len(a.keys)), ownerArg: a.call.boxedArg(0),
 		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(a.ttl - Drift(a.ttl, a.cfg.driftFactor)),
 		nodes: acq.results, state: a.shared,
@@ -535,10 +524,11 @@ func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumErr
 // owner-checked delete of its key and, with the amnesia guard on, of the
 // epoch its grant created there (abandonScript).
 func (a *acquisition) undo() *scriptCall {
+	owner := a.call.boxedArg(0) // boxed once for the attempt
 	if a.quarantine > 0 {
-		return newScriptCall(abandonScript, a.keys, a.owner)
+		return newScriptCallBoxed(abandonScript, a.keys, a.call.boxedKeys(len(a.keys)), owner)
 	}
-	return newScriptCall(releaseScript, a.keys[:1], a.owner)
+	return newScriptCallBoxed(releaseScript, a.keys[:1], a.call.boxedKeys(1), owner)
 }
 
 // cleanUp takes the failed attempt's grants back (undo) on every node that
@@ -558,12 +548,8 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 	// anyway: a SET that ran before now expires by now + TTL (the stragglers'
 	// later SETs are deleted again when they answer: settle).
 	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
-		select {
-		case <-a.shared.replied[n.idx]:
-			if a.shared.unsent[n.idx] {
-				return reply{err: errShed} // nothing was sent: nothing to delete
-			}
-		default:
+		if _, unsent := a.shared.calls.returned(n.idx); unsent {
+			return reply{err: errShed} // nothing was sent: nothing to delete
 		}
 		if acq.results[n.idx].Outcome == OutcomeTaken && n.noResend {
 			return reply{code: codeTaken} // our SET did not apply there

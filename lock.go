@@ -17,11 +17,15 @@ import (
 // The handles of one lock (the ones Extend returns, a Lease's, nested ones)
 // share whether the lock was released or lost, which Validity reports.
 type Lock struct {
-	client     *Client
-	cfg        config
-	key        string // as the caller named it
-	keys       []string
-	owner      string
+	client *Client
+	cfg    config
+	key    string // as the caller named it
+	keys   []string
+	owner  string
+	// keyArgs and ownerArg are keys and owner as the acquisition boxed them
+	// for its script call, for the calls on this lock (newScriptCallBoxed).
+	keyArgs    []any
+	ownerArg   any
 	token      uint64
 	ttl        time.Duration
 	acquiredAt time.Time
@@ -50,15 +54,11 @@ type lockState struct {
 	// arrives after that (a straggler of the acquisition) needs no
 	// write-back any more.
 	released atomic.Bool
-	// replied[i] is closed once node i's acquire call has returned: its
-	// SET has run, or the call failed. Release sends node i its delete only
-	// then, so a delete never overtakes its own SET.
-	replied []chan struct{}
-	// unsent[i] is set, before replied[i] is closed, when the acquire
-	// call was not sent to node i because of its backlog (Client.enter) or
-	// its queue dropped it: node i then needs no delete. Read it only once
-	// replied[i] is closed.
-	unsent []bool
+	// calls says which nodes' acquire calls have returned (their SET has
+	// run, or the call failed), and which of them were never sent. Release
+	// sends node i its delete only once its call returned, so a delete
+	// never overtakes its own SET; a call never sent needs no delete.
+	calls acquireCalls
 	// longestTTL is the longest TTL (ns) the lock's keys were set or
 	// extended with: an Extend never shortens a key, so the keys may live
 	// that long after the last call that touched them.
@@ -91,11 +91,76 @@ func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
 // newLockState is the state of an acquisition on n nodes, none of which
 // has replied yet.
 func newLockState(n int) *lockState {
-	s := &lockState{replied: make([]chan struct{}, n), unsent: make([]bool, n)}
-	for i := range s.replied {
-		s.replied[i] = make(chan struct{})
+	return &lockState{calls: acquireCalls{state: make([]atomic.Uint32, n)}}
+}
+
+// acquireCalls follows an acquisition's call to each node: running, counted
+// as a straggler (still running when the vote was decided: node.late), or
+// returned (sent or not). One atomic per node, and one channel only while
+// someone waits for a call to return, rather than a channel per node.
+type acquireCalls struct {
+	state []atomic.Uint32 // callRunning...
+	mu    sync.Mutex
+	wake  chan struct{} // made by a waiter, closed and cleared by the next return
+}
+
+// The states of an acquisition's call to one node.
+const (
+	callRunning  uint32 = iota
+	callLate            // still running when the vote was decided
+	callReturned        // returned; the command was sent
+	callUnsent          // returned without sending anything (not admitted, shed)
+)
+
+// markLate counts node i's call as a straggler if it is still running, and
+// reports whether it did.
+func (ac *acquireCalls) markLate(i int) bool {
+	return ac.state[i].CompareAndSwap(callRunning, callLate)
+}
+
+// markReturned records that node i's call returned, sent or not, wakes those
+// waiting for a return, and reports whether markLate had counted it.
+func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
+	st := callReturned
+	if !sent {
+		st = callUnsent
 	}
-	return s
+	wasLate = ac.state[i].Swap(st) == callLate
+	ac.mu.Lock()
+	if ac.wake != nil {
+		close(ac.wake)
+		ac.wake = nil
+	}
+	ac.mu.Unlock()
+	return wasLate
+}
+
+// returned reports whether node i's call has returned, and if so, whether
+// it was never sent.
+func (ac *acquireCalls) returned(i int) (done, unsent bool) {
+	st := ac.state[i].Load()
+	return st >= callReturned, st == callUnsent
+}
+
+// wait waits until node i's call has returned, and reports whether it was
+// never sent.
+func (ac *acquireCalls) wait(i int) (unsent bool) {
+	for {
+		if done, unsent := ac.returned(i); done {
+			return unsent
+		}
+		ac.mu.Lock()
+		if done, unsent := ac.returned(i); done { // returned meanwhile
+			ac.mu.Unlock()
+			return unsent
+		}
+		if ac.wake == nil {
+			ac.wake = make(chan struct{})
+		}
+		wake := ac.wake
+		ac.mu.Unlock()
+		<-wake
+	}
 }
 
 // setLease records s as the Lease keeping the lock alive; it returns false
@@ -259,9 +324,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, ErrClosed
 	}
 	l.state.released.Store(true)
-	call := newScriptCall(releaseScript, l.keys[:1], l.owner)
+	var call *scriptCall
 	if l.vouch {
-		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
+		call = newScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
+	} else {
+		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
 	}
 	call.forNodes(len(c.nodes))
 	timeout := l.cfg.timeoutFor(l.ttl)
@@ -273,17 +340,14 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	// the replies it did not wait for come here, for the rarer results that
 	// "not held" answers decide (releaseCount), until the last delete's
 	// deadline.
-	late := make(chan reply, len(c.nodes))
-	wait := timeout
+	lastAnswer := time.Now().Add(timeout)
 	if c.queued {
-		wait = time.Until(keysEnd) + timeout
+		lastAnswer = keysEnd.Add(timeout)
 	}
-	expired := time.NewTimer(wait)
-	defer expired.Stop()
-	t, _ := c.voteQuorum(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
+	t, late := c.voteQuorumKeep(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
 		return l.deleteOn(ctx, n, call, keysEnd, timeout)
-	}, func(r reply) { late <- r })
-	if err := countLate(t, c.quorum, late, expired.C).result(); err != nil {
+	})
+	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
 		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
 	}
 	return t, nil
@@ -297,16 +361,14 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 // not wait that long.
 func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
-	if st := l.state; st.replied != nil {
-		select {
-		case <-st.replied[n.idx]:
-		default:
+	if st := l.state; st.calls.state != nil {
+		done, unsent := st.calls.returned(n.idx)
+		if !done {
 			// A straggler of the acquisition: its delete waits for its
 			// grant, in the background once the vote is decided, and then
 			// gets a per-node timeout of its own. This call stays part of
 			// the vote, so Close waits for it.
-			<-st.replied[n.idx]
-			if st.unsent[n.idx] {
+			if st.calls.wait(n.idx) {
 				return reply{err: errShed} // nothing to delete
 			}
 			c.enter(n, false)
@@ -318,7 +380,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			code, err := call.run(dctx, n).Int64()
 			return reply{code: code, err: err}
 		}
-		if st.unsent[n.idx] {
+		if unsent {
 			return reply{err: errShed} // nothing to delete
 		}
 	}
@@ -332,9 +394,14 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 
 // countLate counts into the release vote t the replies that arrive after it
 // was decided, until no answer still to come could change Release's result
-// or the per-node timeout (expired) marks the rest timed out.
-func countLate(t *tally, quorum int, late <-chan reply, expired <-chan time.Time) releaseCount {
+// or lastAnswer, the last delete's deadline, marks the rest timed out.
+func countLate(t *tally, quorum int, late <-chan reply, lastAnswer time.Time) releaseCount {
 	rc := countRelease(t, quorum)
+	if rc.decided() {
+		return rc // the common case: no timer
+	}
+	expired := time.NewTimer(time.Until(lastAnswer))
+	defer expired.Stop()
 	for !rc.decided() {
 		select {
 		case r := <-late:
@@ -345,7 +412,7 @@ func countLate(t *tally, quorum int, late <-chan reply, expired <-chan time.Time
 			if res.Outcome == OutcomeGranted {
 				t.granted++
 			}
-		case <-expired:
+		case <-expired.C:
 			// The per-node timeout: whoever has not answered is timed out.
 			for i := range t.results {
 				if t.results[i].Outcome == OutcomePending {
@@ -476,7 +543,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	// Recorded before the vote: a failed extension may still have applied
 	// this TTL on some nodes, and Release must wait for those keys too.
 	l.state.noteTTL(ttl)
-	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
+	call := newScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}

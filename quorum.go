@@ -18,6 +18,10 @@ type Outcome int
 
 // The outcomes a node can report. OutcomePending means the node had not
 // answered when the vote was decided: Redlock does not wait for stragglers.
+// An acquisition also leaves pending a node it did not ask because this
+// Client's calls to it were backed up (as many still running after their
+// votes were decided as its connection pool's size, while a majority of the
+// nodes kept up): the client's own backlog, not a timeout of the node's.
 const (
 	OutcomePending     Outcome = iota // no reply before the vote was decided
 	OutcomeGranted                    // the operation applied: key set, extended, released or fenced
@@ -74,6 +78,11 @@ type reply struct {
 	left    time.Duration
 	err     error
 	latency time.Duration
+	// shed: the acquisition was not sent to the node (errShed, Client.enter),
+	// its own backlog on the node being full while a majority kept up. The
+	// vote counts it as no grant and leaves the node pending: the client's
+	// own queueing is not the node timing out.
+	shed bool
 }
 
 // tally is the state of one vote: every node's result so far, and the
@@ -115,20 +124,30 @@ type nodeOp func(ctx context.Context, n *node) reply
 // too. A channel, not a function: a caller that makes many votes keeps only
 // those not yet done, and nothing of a finished vote stays reachable.
 func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, c.quorum, false, op, late).count(ctx)
+	return c.startVote(ctx, timeout, c.quorum, false, op, late, false).count(ctx)
+}
+
+// voteQuorumKeep is voteQuorum handing the replies that arrive after the
+// decision over on the returned channel (one per node at most, so none is
+// ever blocked), for a caller that goes on counting them: no callback and
+// no channel of its own to allocate.
+func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan reply) {
+	b := c.startVote(ctx, timeout, c.quorum, false, op, nil, true)
+	t, _ := b.count(ctx)
+	return t, b.replies
 }
 
 // voteAll is voteQuorum waiting for every node's answer, up to the
 // per-node timeout, for the operations that want every node (a failed
 // acquisition's clean-up, putting keys back after an extension).
 func (c *Client) voteAll(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil).count(ctx)
+	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil, false).count(ctx)
 }
 
 // startVote makes the ballot and starts one node call per node.
-func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) *ballot {
+func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply), keep bool) *ballot {
 	n := len(c.nodes)
-	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{}), all: all}
+	b := &ballot{replies: make(chan reply, n), late: late, keep: keep, done: make(chan struct{}), all: all}
 	t := &b.tally
 	both := make([]uint64, 2*n) // counters and epochs, in one allocation
 	t.results, t.counters, t.epochs, t.need = make([]NodeResult, n), both[:n:n], both[n:], need
@@ -183,6 +202,9 @@ func (b *ballot) count(ctx context.Context) (*tally, <-chan struct{}) {
 func (b *ballot) record(ctx context.Context, r reply) {
 	t := &b.tally
 	b.answered++
+	if r.shed {
+		return // pending; not an answer of the node's (see reply.shed)
+	}
 	res := &t.results[r.idx]
 	res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
 	if res.Outcome == OutcomeTimedOut {
@@ -252,6 +274,7 @@ type ballot struct {
 	closed  bool // decided: replies go to late
 	replies chan reply
 	late    func(reply)
+	keep    bool // once decided, replies still go to replies (voteQuorumKeep)
 
 	ctx     context.Context // the node calls' context: per-node timeout
 	expired <-chan struct{} // fires at the per-node timeout or when the caller's context ends
@@ -280,8 +303,8 @@ func (b *ballot) call(i int, nd *node, op nodeOp) {
 // decided; the mutex makes the hand-over exact.
 func (b *ballot) deliver(r reply) {
 	b.mu.Lock()
-	if !b.closed {
-		b.replies <- r
+	if !b.closed || b.keep {
+		b.replies <- r // room for one reply per node
 		b.mu.Unlock()
 		return
 	}

@@ -141,6 +141,13 @@ type Client struct {
 	inflightMu sync.Mutex
 	inflight   int
 	idle       chan struct{}
+	// ttlArg and retentionArg box the TTL and the retention for the
+	// scripts (millisArgs).
+	ttlArg, retentionArg millisArgs
+	// done is untrack, bound once: track and begin hand it out, and a
+	// method value made per call would allocate (two votes and two
+	// operations per acquire + release).
+	done func()
 }
 
 // track counts one more batch of node calls in flight, so that Close waits
@@ -157,7 +164,7 @@ func (c *Client) track() (done func()) {
 		return func() {}
 	}
 	c.inflight++
-	return c.untrack
+	return c.done
 }
 
 // untrack ends what track or begin counted.
@@ -183,7 +190,7 @@ func (c *Client) begin() (done func(), open bool) {
 		return func() {}, false
 	}
 	c.inflight++
-	return c.untrack, true
+	return c.done, true
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -341,7 +348,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		return nil, err
 	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
-	return &Client{nodes: nodes, quorum: quorum, cfg: cfg}, nil
+	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
+	c.done = c.untrack
+	return c, nil
 }
 
 // isNil reports whether v is nil or holds a nil function or pointer: a typed

@@ -192,6 +192,36 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 	})
 }
 
+// A node whose clock is outside the window of the client's proposal (its
+// clock more than 50 ms past the proposal, or behind it) seeds a new counter
+// from its own clock: the token is that clock in microseconds, incremented
+// with the grant. The seed exceeds every token handed out before, whatever
+// the client's clock says (docs/fencing.md).
+func TestAcquire_NodeClockOutsideTheProposalSeedsTheCounter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		// Within the window, the fraction of a second counts: at .6 s past
+		// a second, a node that compared whole seconds only would find
+		// the proposal (25 ms back) in its future and seed its own clock.
+		time.Sleep(600 * time.Millisecond)
+		start := time.Now()
+		l := c.acquire(t, ctx, "report", ttl10s)
+		assert.Equal(t, firstToken(start), l.Token(), "the node accepts the proposal")
+		require.NoError(t, l.Release(ctx))
+		for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+			nodeNow := time.Now().Add(skew)
+			for _, n := range c.nodes {
+				n.m.SetTime(nodeNow)
+			}
+			key := fmt.Sprintf("report%v", skew)
+			l := c.acquire(t, ctx, key, ttl10s)
+			assert.Equal(t, uint64(nodeNow.UnixMicro())+1, l.Token(), "node clock %v from the client's", skew)
+			require.NoError(t, l.Release(ctx))
+		}
+	})
+}
+
 func TestAcquire_OwnerValuesAreRandomAndLong(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()

@@ -517,14 +517,13 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 		}
 		assert.Zero(t, time.Since(start), "the slow node costs nothing")
 		// job0's acquire to node 2 outlived its vote: node 2 is at its
-		// limit of one late call while nodes 0 and 1 keep up.
-		// Its shed reply comes at once, but may still come after nodes 0
-		// and 1 decided the vote (then it shows as pending).
+		// limit of one late call while nodes 0 and 1 keep up. job1's and
+		// job2's acquisitions do not ask it: pending, not timed out (the
+		// client's own backlog is no fault of the node's).
 		for _, l := range locks[1:] {
-			if shed := l.Nodes()[2]; shed.Outcome != redlock.OutcomePending {
-				assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
-				assert.ErrorContains(t, shed.Err, "not sent")
-			}
+			shed := l.Nodes()[2]
+			assert.Equal(t, redlock.OutcomePending, shed.Outcome)
+			assert.NoError(t, shed.Err)
 		}
 		require.NoError(t, rl.Close())
 		require.NoError(t, slowRC.Close())

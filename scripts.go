@@ -3,6 +3,9 @@ package redlock
 import (
 	"context"
 	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,17 +26,39 @@ type scriptCall struct {
 }
 
 func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
+	return newScriptCallBoxed(s, keys, nil, args...)
+}
+
+// newScriptCallBoxed is newScriptCall with the keys already boxed (keyArgs,
+// as boxedKeys returned them for the same keys), or nil to box them: boxing
+// a string allocates, and a release reuses what its acquisition boxed.
+// args are copied, not kept: the compiler can then keep a caller's argument
+// list on its stack.
+func newScriptCallBoxed(s *redis.Script, keys []string, keyArgs []any, args ...any) *scriptCall {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
 	hash, ok := boxedHashes[s]
 	if !ok {
 		hash = s.Hash()
 	}
 	cmd = append(cmd, "evalsha", hash, len(keys))
-	for _, k := range keys {
-		cmd = append(cmd, k)
+	if keyArgs != nil {
+		cmd = append(cmd, keyArgs...)
+	} else {
+		for _, k := range keys {
+			cmd = append(cmd, k)
+		}
 	}
-	return &scriptCall{script: s, keys: keys, args: args, cmd: append(cmd, args...)}
+	cmd = append(cmd, args...)
+	return &scriptCall{script: s, keys: keys, args: cmd[3+len(keys):], cmd: cmd}
 }
+
+// boxedKeys returns the call's keys as boxed in its command, for another
+// call on the same keys (newScriptCallBoxed); n of them, from the first.
+func (sc *scriptCall) boxedKeys(n int) []any { return sc.cmd[3 : 3+n : 3+n] }
+
+// boxedArg returns the call's i-th argument (ARGV[i+1]) as boxed in its
+// command.
+func (sc *scriptCall) boxedArg(i int) any { return sc.args[i] }
 
 // forNodes makes room for the copies of the command that n nodes get, in one
 // allocation instead of one per node, and returns sc. A call made so must
@@ -52,6 +77,28 @@ func (sc *scriptCall) argsFor(i int) []any {
 	args := sc.copies[i*m : (i+1)*m : (i+1)*m]
 	copy(args, sc.cmd)
 	return args
+}
+
+// millisArg is a duration in milliseconds as the scripts take it, a decimal
+// string, boxed (see millisArgs).
+type millisArg struct {
+	d time.Duration
+	v any
+}
+
+// millisArgs remembers the last duration it boxed as a script argument:
+// a Client's calls mostly use one TTL and one retention, and formatting and
+// boxing them per attempt cost four allocations.
+type millisArgs struct{ last atomic.Pointer[millisArg] }
+
+// arg returns d in milliseconds, a decimal string, boxed.
+func (m *millisArgs) arg(d time.Duration) any {
+	if p := m.last.Load(); p != nil && p.d == d {
+		return p.v
+	}
+	p := &millisArg{d: d, v: strconv.FormatInt(d.Milliseconds(), 10)}
+	m.last.Store(p)
+	return p.v
 }
 
 // boxedHashes holds the hash of each script sent through scriptCall, boxed
@@ -116,13 +163,12 @@ const (
 	codeTaken   = -1
 )
 
-// luaHelpers holds a Lua fragment the scripts below share: micros() is the
-// node's clock in microseconds as a decimal string, built from TIME's two
-// fields without floating point (Lua numbers would print 16 digits as
-// "1.7e+15").
+// luaHelpers holds a Lua fragment the scripts below share: micros(t) is the
+// time t that TIME returned, in microseconds, as a decimal string built from
+// its two fields without floating point (Lua numbers would print 16 digits
+// as "1.7e+15").
 const luaHelpers = `
-local function micros()
-  local t = redis.call('TIME')
+local function micros(t)
   return t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 end
 `
@@ -176,13 +222,15 @@ if ARGV[5] == '1' then
   if c ~= 1 then
     redis.call('PEXPIRE', KEYS[2], r)
   else -- the counter did not exist: seed it
-    local now = micros()
-    local d = tonumber(now) - tonumber(ARGV[6])
+    local t = redis.call('TIME')
+    -- the node's clock in microseconds minus the proposal: exact, since
+    -- both are below 2^53
+    local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
     if d >= 0 and d <= 50000 then
       redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
       c = tonumber(ARGV[7])
     else
-      c = redis.call('INCRBY', KEYS[2], now) -- 1 + now
+      c = redis.call('INCRBY', KEYS[2], micros(t)) -- 1 + now
       redis.call('PEXPIRE', KEYS[2], r)
     end
   end
