@@ -41,11 +41,17 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			<-done
 		}
 	}
+	// w is this call's place among the waiters for the key: joined after
+	// the first failed attempt, so that a release wakes it (notify.go).
+	var w *waiter
+	won := false
+	defer func() { w.leave(won) }()
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			waitAll()
 			return nil, ErrClosed
 		}
+		w.mark()
 		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
 		if err != nil { // the owner generator failed: nothing was sent
 			waitAll()
@@ -55,6 +61,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, still run: the lock's Release waits for them.
+			won = true
 			lock.attempts = attempt
 			lock.state = &lockState{}
 			for _, done := range calls {
@@ -71,12 +78,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		if !ok {
 			break
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
+		if w == nil && delay > 0 {
+			w = c.notify.join(name)
 		}
+		// The delay, cut short when a majority of nodes announce a release.
+		w.sleep(ctx, delay)
 		if ctx.Err() != nil {
 			break
 		}

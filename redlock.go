@@ -74,6 +74,7 @@ type Client struct {
 	// closeMu orders track's Add against Close's Wait (a WaitGroup must not
 	// be added to while a Wait that saw zero is returning).
 	closeMu sync.RWMutex
+	notify  notifier // wakes waiting Acquire calls on release (notify.go)
 }
 
 // track counts one more operation in flight, so that Close waits for it, and
@@ -230,7 +231,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		return nil, err
 	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
-	return &Client{nodes: nodes, quorum: quorum, cfg: cfg}, nil
+	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
+	c.notify.c = c
+	return c, nil
 }
 
 // isNil reports whether v is nil or holds a nil function or pointer: a typed
@@ -301,7 +304,9 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // Close waits for node calls still in flight (each bounded by the per-node
 // timeout) and closes the connections that Dial opened. Clients passed to New
-// are left open. Later calls return ErrClosed. Close is idempotent.
+// are left open; the pub/sub connections the Client opened on them to learn
+// of releases are closed. An Acquire waiting between attempts returns
+// ErrClosed at once. Later calls return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	c.closeMu.Lock()
 	already := c.closed.Swap(true)
@@ -309,6 +314,7 @@ func (c *Client) Close() error {
 	if already {
 		return nil
 	}
+	c.notify.close() // waiting Acquire calls return ErrClosed now
 	c.inflight.Wait()
 	var errs []error
 	for _, n := range c.nodes {

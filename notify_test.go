@@ -1,0 +1,268 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// numSub returns, per node, how many connections are subscribed to the
+// release channel of key.
+func (c *cluster) numSub(key string) []int {
+	ch := redlock.ReleaseChannel(key)
+	out := make([]int, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = nd.m.PubSubNumSub(ch)[ch]
+	}
+	return out
+}
+
+// longWait retries every 10 s: any acquisition well before that was woken.
+var longWait = redlock.WithRetry(redlock.LinearRetry(10*time.Second, 0, 0))
+
+func TestAcquire_WokenByRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+
+		start := time.Now()
+		got := make(chan *redlock.Lock)
+		go func() {
+			l, err := other.Acquire(ctx, "job", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numSub("job"), "the waiter subscribes on every node")
+		require.NoError(t, held.Release(ctx))
+		l := <-got
+		// Fake time: the release came at 1 s, the retry delay ends at 10 s.
+		require.Equal(t, time.Second, time.Since(start), "acquired right after the release")
+		require.Equal(t, 2, l.Attempts())
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numSub("job"), "unsubscribed once the wait ended")
+		keys, subs := redlock.NotifyState(other)
+		require.Zero(t, keys)
+		require.Zero(t, subs)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Without pub/sub (SUBSCRIBE refused on every node) or when the key expires
+// instead of being released, the waiter acquires by its retry policy, never
+// later.
+func TestAcquire_WithoutReleaseMessageFallsBackToRetryPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noPubSub  bool
+		expire    bool
+		wantAfter time.Duration
+	}{
+		{name: "subscribe refused, released", noPubSub: true, wantAfter: 10 * time.Second},
+		{name: "subscribed, key expires", expire: true, wantAfter: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3)
+				c.warmUp(t)
+				if tc.noPubSub {
+					for _, nd := range c.nodes {
+						nd.FailIf(func(cmd string, _ []string) bool { return cmd == "SUBSCRIBE" })
+					}
+				}
+				other := c.secondClient(t, longWait)
+				held, err := c.rl.TryAcquire(ctx, "job", 5*time.Second)
+				require.NoError(t, err)
+				start := time.Now()
+				got := make(chan *redlock.Lock)
+				go func() {
+					l, err := other.Acquire(ctx, "job", time.Minute)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				time.Sleep(time.Second)
+				if !tc.expire {
+					require.NoError(t, held.Release(ctx))
+				}
+				l := <-got
+				require.Equal(t, tc.wantAfter, time.Since(start))
+				require.Equal(t, 2, l.Attempts())
+				synctest.Wait()
+				require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}
+
+// A waiter retries once a majority of nodes announced a release, not on one
+// node's message: a minority is what a split vote's losers free.
+func TestAcquire_WokenByMajorityOfReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1, 2, 3, 4)
+		start := time.Now()
+		got := make(chan *redlock.Lock)
+		go func() {
+			l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		ch := redlock.ReleaseChannel("job")
+		// The other holder releases node by node, one second apart.
+		for i, nd := range c.nodes {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			nd.m.Del("job")
+			require.Equal(t, 1, nd.m.Publish(ch, "1"))
+			synctest.Wait()
+			select {
+			case l := <-got:
+				require.Equal(t, 2, i, "woken after %d releases; the majority is 3", i+1)
+				require.Equal(t, 3*time.Second, time.Since(start))
+				require.Equal(t, 2, l.Attempts())
+				require.NoError(t, l.Release(ctx))
+				return
+			default:
+			}
+		}
+		t.Fatal("not woken by a majority of releases")
+	})
+}
+
+// The waiters of one Client on one key take it in the order they came,
+// each as soon as the one before releases.
+func TestAcquire_WaitersOfOneClientInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t)
+		held, err := other.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		start := time.Now()
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			name := fmt.Sprintf("w%d", i)
+			wg.Go(func() {
+				l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, fmt.Sprintf("%s@%v/%d", name, time.Since(start), l.Attempts()))
+				mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(time.Millisecond) // join in this order
+			synctest.Wait()
+		}
+		time.Sleep(time.Second)
+		require.NoError(t, held.Release(ctx))
+		wg.Wait()
+		// Released at 1.004 s; each holds 100 ms. Nobody waited for the 10 s
+		// retry delay, and only the head of the queue was woken each time:
+		// two attempts each.
+		require.Equal(t, "w0@1.004s/2 w1@1.104s/2 w2@1.204s/2 w3@1.304s/2", strings.Join(order, " "))
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
+	})
+}
+
+// Subscriptions end with the waits: many keys, each waited for and
+// released, leave nothing subscribed and no per-key state.
+func TestAcquire_ReleaseSubscriptionsDoNotAccumulate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		for i := range 300 {
+			key := fmt.Sprintf("job-%d", i)
+			held, err := c.rl.TryAcquire(ctx, key, time.Minute)
+			require.NoError(t, err)
+			got := make(chan *redlock.Lock)
+			go func() {
+				l, err := other.Acquire(ctx, key, time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			require.NoError(t, held.Release(ctx))
+			l := <-got
+			require.Equal(t, 2, l.Attempts(), key)
+			require.NoError(t, l.Release(ctx))
+		}
+		synctest.Wait()
+		keys, subs := redlock.NotifyState(other)
+		require.Zero(t, keys)
+		require.Zero(t, subs)
+		for _, nd := range c.nodes {
+			n := 0
+			for _, v := range nd.m.PubSubNumSub() {
+				n += v
+			}
+			require.Zero(t, n, "channels still subscribed on %s: %v", nd.addr, nd.m.PubSubChannels(""))
+		}
+	})
+}
+
+// Close wakes a waiting Acquire (ErrClosed) and ends the pub/sub
+// connections and their goroutines (the bubble would not end otherwise;
+// TestMain checks goroutines with goleak).
+func TestClose_EndsWaitsAndSubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1, 2)
+		other := c.secondClient(t, longWait)
+		start := time.Now()
+		done := make(chan error)
+		go func() {
+			_, err := other.Acquire(ctx, "job", time.Minute)
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numSub("job"))
+		require.NoError(t, other.Close())
+		require.ErrorIs(t, <-done, redlock.ErrClosed)
+		require.Equal(t, time.Second, time.Since(start))
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
+	})
+}
