@@ -5,7 +5,11 @@ package redlock
 
 import (
 	"context"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,9 +20,14 @@ import (
 const releaseChannelPrefix = "redlock:released:"
 
 // releaseChannel names the pub/sub channel on which releaseScript and
-// releaseVouchScript publish "1" each time they delete lock key name (the
-// prefix included, see WithPrefix): "redlock:released:" + name. Keys that
-// expire publish nothing.
+// releaseVouchScript publish each time they delete lock key name (the
+// prefix included, see WithPrefix): "redlock:released:" + name. The message
+// is "<subscribers> <release id>": the number of connections subscribed to
+// the channel on that node (one per Client waiting for the key), and the
+// SHA1 of the released owner value in hex, the same on every node, so that a
+// waiter can tell one release from another (an owner value that is no
+// longer on any node is worth nothing; its hash even less). Keys that expire
+// publish nothing.
 func releaseChannel(name string) string { return releaseChannelPrefix + name }
 
 // subscriber is the part of a go-redis client that opens a pub/sub
@@ -40,16 +49,18 @@ const subscribeTimeout = 5 * time.Second
 // unsubscribed when the last one returns: subscriptions live only as long
 // as the waits (keys counts the waiters of each key).
 //
-// A waiter is woken when a majority (N/2+1) of nodes have published a
-// release since its last attempt began, the condition under which its next
-// attempt can succeed. One node's message is not enough: after a split vote,
-// the losers' clean-up frees the minority of nodes they held while the
-// winner holds the rest, and waking every waiter on that would start another
-// round of failed attempts, whose clean-up publishes again. Among the waiters
-// of one Client on one key, only the longest-waiting one (the head of a FIFO
-// queue) is woken; the others keep their retry delay, so that a release does
-// not send every goroutine of the process at the key at once (Redisson wakes
-// one waiter per process in the same way).
+// A waiter is woken when a majority (N/2+1) of nodes have announced the
+// same release (told apart by a hash of the owner value) since its last
+// attempt began: the condition under which its next attempt can succeed.
+// One node's message is not enough, nor are messages of different
+// releases: after a split vote, the losers' clean-up frees the minority of
+// nodes they held while the winner holds the rest, and waking waiters on
+// that would start another round of failed attempts, whose clean-up
+// publishes again. Among the waiters of one Client on one key, only the
+// longest-waiting one (the head of a FIFO queue) is woken; the others keep
+// their retry delay, so that a release does not send every goroutine of the
+// process at the key at once (Redisson wakes one waiter per process in the
+// same way). Among Clients, the woken waiters thin themselves out (takes).
 //
 // When a node cannot subscribe (a client without pub/sub, a connection that
 // fails, an ACL that forbids SUBSCRIBE), its messages simply never come:
@@ -69,8 +80,45 @@ type notifier struct {
 
 // keyWaiters is the state of one subscribed key.
 type keyWaiters struct {
-	queue []*waiter // in order of arrival; the head is the one woken
-	seen  []uint64  // release messages received, by node
+	queue    []*waiter // in order of arrival; the head is the one woken
+	clients  int       // Clients waiting for the key, as the last message said
+	released uint64    // releases announced by a majority of nodes so far
+	recent   [8]seenRelease
+	next     int // the slot of recent to reuse
+}
+
+// seenRelease counts the nodes that announced one release.
+type seenRelease struct {
+	id    string
+	nodes uint64 // bit i: node i announced it (nodes beyond 64 are counted in extra)
+	extra int
+}
+
+// count records that node i announced release id, and reports whether that
+// made a majority of quorum nodes. Only the last few releases are
+// remembered: announcements of one release arrive within a few
+// milliseconds of each other.
+func (kw *keyWaiters) count(i int, id string, quorum int) bool {
+	var r *seenRelease
+	for j := range kw.recent {
+		if kw.recent[j].id == id {
+			r = &kw.recent[j]
+			break
+		}
+	}
+	if r == nil {
+		r = &kw.recent[kw.next]
+		kw.next = (kw.next + 1) % len(kw.recent)
+		*r = seenRelease{id: id}
+	}
+	before := bits.OnesCount64(r.nodes) + r.extra
+	if i < 64 {
+		r.nodes |= 1 << i
+	} else {
+		r.extra++
+	}
+	after := bits.OnesCount64(r.nodes) + r.extra
+	return before < quorum && after >= quorum
 }
 
 // nodeSub is one node's pub/sub connection, used by that node's goroutine
@@ -86,7 +134,7 @@ type waiter struct {
 	n    *notifier
 	ch   string
 	kw   *keyWaiters
-	snap []uint64      // kw.seen when the current attempt began
+	snap uint64        // kw.released when the current attempt began
 	wake chan struct{} // buffered: a majority released since snap
 }
 
@@ -109,12 +157,11 @@ func (n *notifier) join(name string) *waiter {
 	ch := releaseChannel(name)
 	kw := n.keys[ch]
 	if kw == nil {
-		kw = &keyWaiters{seen: make([]uint64, len(n.c.nodes))}
+		kw = &keyWaiters{}
 		n.keys[ch] = kw
 		n.kickAll()
 	}
-	w := &waiter{n: n, ch: ch, kw: kw, snap: make([]uint64, len(kw.seen)), wake: make(chan struct{}, 1)}
-	copy(w.snap, kw.seen)
+	w := &waiter{n: n, ch: ch, kw: kw, snap: kw.released, wake: make(chan struct{}, 1)}
 	kw.queue = append(kw.queue, w)
 	return w
 }
@@ -167,7 +214,7 @@ func (n *notifier) run(i int, ns *nodeSub, msgs <-chan *redis.Message) {
 			if !ok {
 				return // the PubSub was closed
 			}
-			n.deliver(i, m.Channel)
+			n.deliver(i, m.Channel, m.Payload)
 		case <-ns.kick:
 			n.reconcile(ns)
 		case <-n.done:
@@ -211,32 +258,31 @@ func (n *notifier) reconcile(ns *nodeSub) {
 	}
 }
 
-// deliver counts a release message of node i and wakes the key's head
-// waiter if a majority of nodes have released since its attempt began.
-func (n *notifier) deliver(i int, ch string) {
+// deliver counts node i's announcement of a release and, once a majority
+// of nodes announced that release, wakes the key's head waiter.
+func (n *notifier) deliver(i int, ch, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	kw := n.keys[ch]
 	if kw == nil {
 		return // no longer waited for
 	}
-	kw.seen[i]++
+	subs, id, _ := strings.Cut(payload, " ")
+	if k, err := strconv.Atoi(subs); err == nil {
+		kw.clients = k
+	}
+	if !kw.count(i, id, n.c.quorum) {
+		return
+	}
+	kw.released++
 	if h := kw.queue[0]; h.ready() {
 		h.signal()
 	}
 }
 
-// ready reports whether a majority of nodes published a release since the
+// ready reports whether a majority of nodes announced a release since the
 // waiter's attempt began. n.mu is held.
-func (w *waiter) ready() bool {
-	k := 0
-	for i, s := range w.kw.seen {
-		if s > w.snap[i] {
-			k++
-		}
-	}
-	return k >= w.n.c.quorum
-}
+func (w *waiter) ready() bool { return w.kw.released > w.snap }
 
 func (w *waiter) signal() {
 	select {
@@ -252,7 +298,7 @@ func (w *waiter) mark() {
 		return
 	}
 	w.n.mu.Lock()
-	copy(w.snap, w.kw.seen)
+	w.snap = w.kw.released
 	w.n.mu.Unlock()
 	select {
 	case <-w.wake: // a wake-up for the attempt that just ended
@@ -280,11 +326,37 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case <-wake:
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-wake:
+		}
+		if w.n.c.closed.Load() || w.takes() {
+			return
+		}
+		w.mark() // sit this release out: wait for the next one
 	}
+}
+
+// perRelease is how many of the Clients waiting for a key try it, on
+// average, after each release.
+const perRelease = 2
+
+// takes decides whether the woken waiter tries the key now. Every Client
+// waiting for the key was woken by the same release, and all but one of
+// their attempts would fail (each failure costing an attempt and its
+// clean-up on every node): with k Clients waiting, each tries with
+// probability perRelease/k, so that about perRelease try. The choice is
+// random, hence fair between Clients; a waiter that sits out waits for the
+// next release or its retry delay, whichever comes first.
+func (w *waiter) takes() bool {
+	w.n.mu.Lock()
+	k := w.kw.clients
+	w.n.mu.Unlock()
+	return k <= perRelease || rand.IntN(k) < perRelease
 }
 
 // leave removes the waiter; acquired says whether its Acquire got the lock.
@@ -315,7 +387,7 @@ func (w *waiter) leave(acquired bool) {
 	if wasHead {
 		h := kw.queue[0]
 		if acquired {
-			copy(h.snap, kw.seen)
+			h.snap = kw.released
 		} else if h.ready() {
 			h.signal()
 		}

@@ -113,9 +113,10 @@ func TestAcquire_WithoutReleaseMessageFallsBackToRetryPolicy(t *testing.T) {
 	}
 }
 
-// A waiter retries once a majority of nodes announced a release, not on one
-// node's message: a minority is what a split vote's losers free.
-func TestAcquire_WokenByMajorityOfReleases(t *testing.T) {
+// A waiter retries once a majority of nodes announced the same release, not
+// on one node's message nor on a majority made of different releases: a
+// minority is what a split vote's losers free.
+func TestAcquire_WokenByMajorityOfOneRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
@@ -131,24 +132,32 @@ func TestAcquire_WokenByMajorityOfReleases(t *testing.T) {
 			got <- l
 		}()
 		ch := redlock.ReleaseChannel("job")
-		// The other holder releases node by node, one second apart.
-		for i, nd := range c.nodes {
+		// Two losers free two nodes each, then the holder releases node by
+		// node, one second apart.
+		steps := []struct {
+			node int
+			id   string
+		}{{0, "loser1"}, {1, "loser1"}, {2, "loser2"}, {3, "loser2"}, {2, "holder"}, {3, "holder"}, {4, "holder"}}
+		for i, st := range steps {
 			time.Sleep(time.Second)
 			synctest.Wait()
-			nd.m.Del("job")
-			require.Equal(t, 1, nd.m.Publish(ch, "1"))
+			nd := c.nodes[st.node]
+			if st.id == "holder" {
+				nd.m.Del("job")
+			}
+			require.Equal(t, 1, nd.m.Publish(ch, "1 "+st.id))
 			synctest.Wait()
 			select {
 			case l := <-got:
-				require.Equal(t, 2, i, "woken after %d releases; the majority is 3", i+1)
-				require.Equal(t, 3*time.Second, time.Since(start))
+				require.Equal(t, 6, i, "woken after message %d; the majority of one release is message 6", i)
+				require.Equal(t, 7*time.Second, time.Since(start))
 				require.Equal(t, 2, l.Attempts())
 				require.NoError(t, l.Release(ctx))
 				return
 			default:
 			}
 		}
-		t.Fatal("not woken by a majority of releases")
+		t.Fatal("not woken by a majority of nodes announcing one release")
 	})
 }
 
@@ -265,4 +274,48 @@ func TestClose_EndsWaitsAndSubscriptions(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
 	})
+}
+
+// On real redis-server (Lua PUBLISH and PUBSUB NUMSUB inside a script, a
+// Client from Dial): a waiter with a one-minute retry delay acquires right
+// after the release, on its second attempt. Real time: it asserts the
+// attempt count, and the context's 30 s cut-off would fail it otherwise.
+func TestRealRedis_WaiterWokenByRelease(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held, err := rc.rl.TryAcquire(ctx, "report", time.Minute)
+	require.NoError(t, err)
+	other, err := redlock.Dial(rc.rl.Nodes(), redlock.WithRetry(redlock.LinearRetry(time.Minute, 0, 0)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, other.Close()) }()
+	got := make(chan error, 1)
+	var l *redlock.Lock
+	go func() {
+		var err error
+		l, err = other.Acquire(ctx, "report", time.Minute)
+		got <- err
+	}()
+	// Release once the waiter has subscribed on every node.
+	ch := redlock.ReleaseChannel("report")
+	require.Eventually(t, func() bool {
+		for _, p := range rc.plain {
+			if n := p.PubSubNumSub(ctx, ch).Val()[ch]; n != 1 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+	require.Equal(t, 2, l.Attempts())
+	require.NoError(t, l.Release(ctx))
+	require.Eventually(t, func() bool {
+		for _, p := range rc.plain {
+			if n := p.PubSubNumSub(ctx, ch).Val()[ch]; n != 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "unsubscribed after the wait")
 }
