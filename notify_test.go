@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -318,4 +319,47 @@ func TestRealRedis_WaiterWokenByRelease(t *testing.T) {
 		}
 		return true
 	}, 20*time.Second, 10*time.Millisecond, "unsubscribed after the wait")
+}
+
+// When k Clients wait for a key, a release is followed by about two
+// attempts, not k: each woken Client tries with probability 2/k.
+func TestAcquire_WokenClientsThinOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		const k = 10
+		var wg sync.WaitGroup
+		for range k {
+			other := c.secondClient(t, longWait)
+			wg.Go(func() {
+				l, err := other.Acquire(ctx, "job", time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Second)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{k, k, k}, c.numSub("job"))
+		var attempts atomic.Int32
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			if isScript("acquire", cmd, args) {
+				attempts.Add(1)
+			}
+			return false
+		})
+		require.NoError(t, held.Release(ctx))
+		synctest.Wait() // the woken Clients' attempts; a winner holds 1 s
+		// Binomial(10, 0.2): 10 attempts has a probability of 1e-7.
+		require.Less(t, attempts.Load(), int32(k), "every woken Client tried")
+		wg.Wait()
+	})
 }
