@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,45 +29,49 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	keys := []string{name, fenceKey(name), epochKey(name)}
 
 	var (
-		// calls holds the node-call batches of earlier attempts still
-		// running; finished ones are dropped after each attempt, so a long
-		// wait keeps only a few whatever the number of attempts.
+		// calls holds the node-call batches of the latest attempt: its vote,
+		// write-back and clean-up, each closed once its node calls ended.
 		calls []<-chan struct{}
 		last  *QuorumError
 	)
-	// Before reporting a failure, wait for every node call of every attempt
-	// (each bounded by the per-node timeout): no key of ours may be left.
+	// waitAll waits for every node call of the latest attempt (each bounded
+	// by the per-node timeout), then forgets them.
 	waitAll := func() {
 		for _, done := range calls {
 			<-done
 		}
+		clear(calls)
+		calls = calls[:0]
 	}
 	// w is this call's place among the waiters for the key: joined after
 	// the first failed attempt, so that a release wakes it (notify.go).
-	var w *waiter
+	var w *lockWaiter
 	won := false
 	defer func() { w.leave(won) }()
 	for attempt := 1; ; attempt++ {
+		// An attempt starts only once the last one's node calls have ended
+		// (its clean-up included; they ran during the retry delay): attempts
+		// never overlap on a node, so the clean-up has deleted the last
+		// attempt's key before the next SET NX could find it, and a long
+		// wait holds one attempt's calls, goroutines and pooled connections
+		// whatever the number of attempts.
+		waitAll()
 		if c.closed.Load() {
-			waitAll()
 			return nil, ErrClosed
 		}
 		w.mark()
-		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg)
+		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg, calls)
+		calls = started
 		if err != nil { // the owner generator failed: nothing was sent
-			waitAll()
 			return nil, err
 		}
-		calls = appendRunning(calls, started...)
 		if lock != nil {
 			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, still run: the lock's Release waits for them.
+			// ones, may still run: they end in the background, tracked by
+			// the Client (vote), so Close waits for them.
 			won = true
 			lock.attempts = attempt
 			lock.state = &lockState{}
-			for _, done := range calls {
-				lock.state.track(done)
-			}
 			return lock, nil
 		}
 		last = qerr
@@ -94,20 +99,10 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	return nil, last
 }
 
-// appendRunning drops the batches in calls that have ended, then appends
-// more, reusing calls' array.
-func appendRunning(calls []<-chan struct{}, more ...<-chan struct{}) []<-chan struct{} {
-	running := calls[:0]
-	for _, done := range calls {
-		select {
-		case <-done:
-		default:
-			running = append(running, done)
-		}
-	}
-	clear(calls[len(running):]) // let the ended ones be collected
-	return append(running, more...)
-}
+// errShed is the error of a call not sent to a node because that node
+// already had too many calls of this Client running (Client.enter): for the
+// vote, the node did not answer in time.
+var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", errNotSent, context.DeadlineExceeded)
 
 // attempt states, read by late replies to know what they still need.
 const (
@@ -122,7 +117,7 @@ const (
 type acquisition struct {
 	c          *Client
 	cfg        config
-	ctx        context.Context // the caller's values, without its cancellation
+	ctx        context.Context // the caller's: pass on only its values (context.WithoutCancel), made where needed
 	keys       []string
 	owner      string
 	ttlMs      string
@@ -131,11 +126,27 @@ type acquisition struct {
 	seed       string        // proposed seed of new counters (µs), see seedProposal
 	seedNext   string        // seed + 1
 	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	// decided is closed by decide: the attempt's calls still waiting for
+	// a node's turn (nodequeue.go) are then not sent. A straggler would
+	// only set a key to be written back or deleted, and the Lock's Release
+	// would wait for it.
+	decided chan struct{}
 	// replied[i] is closed once node i's acquire call has returned: its
 	// SET has run, or the call failed. Release sends node i its delete only
 	// then, so a delete never overtakes its own SET.
 	replied []chan struct{}
+	// unsent[i] is set, before replied[i] is closed, when the acquire
+	// call was not sent to node i because of its backlog (Client.enter):
+	// node i then needs no delete. Read it only once replied[i] is closed.
+	unsent []bool
+	// running[i] is 0 while node i's acquire call runs, 1 once it was
+	// counted late (still running when the vote was decided: node.late),
+	// 2 once it ended.
+	running []atomic.Int32
 	call    *scriptCall // the acquire script's command, the same for every node
+	// expires is when the attempt's keys expire at the latest (its start
+	// plus the TTL): a clean-up may wait for a node's turn until then.
+	expires time.Time
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -143,14 +154,28 @@ type acquisition struct {
 	early []reply // late grants received while undecided
 }
 
-// grant runs the acquire script on one node.
+// grant runs the acquire script on one node and reads its reply: -1 taken,
+// the counter alone for a grant with the guard off, else {code, counter,
+// epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	res, err := a.call.run(ctx, n).Int64Slice()
+	v, err := a.call.run(ctx, n).Result()
 	if err != nil {
 		return reply{err: err}
 	}
-	if len(res) != 4 || res[1] < 0 {
-		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", res)}
+	if c, ok := v.(int64); ok {
+		if c < 0 {
+			return reply{code: codeTaken}
+		}
+		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
+	}
+	vs, _ := v.([]any)
+	var res [4]int64
+	ok := len(vs) == len(res)
+	for i := 0; ok && i < len(res); i++ {
+		res[i], ok = vs[i].(int64)
+	}
+	if !ok || res[1] < 0 {
+		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
 	}
 	r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
 	if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
@@ -186,6 +211,9 @@ func (a *acquisition) decide(st int32, token uint64) {
 	early := a.early
 	a.early = nil
 	a.mu.Unlock()
+	if a.decided != nil {
+		close(a.decided)
+	}
 	if st == failed || len(early) == 0 {
 		return
 	}
@@ -209,7 +237,9 @@ func (a *acquisition) decide(st int32, token uint64) {
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
-		a.c.releaseNode(a.ctx, n, a.keys[:1], a.owner, a.timeout)
+		ctx, cancel := a.c.cleanupContext(a.ctx, a.expires, a.timeout)
+		defer cancel()
+		a.c.releaseOp(ctx, n, a.keys[:1], a.owner)
 		return
 	}
 	if a.released.Load() {
@@ -218,7 +248,7 @@ func (a *acquisition) settle(r reply, st int32, token uint64) {
 	lift := a.cfg.fencing && r.counter < token
 	vouch := a.quarantine > 0 && r.epoch != epochTrusted
 	if lift || vouch {
-		ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 		defer cancel()
 		a.followUp(ctx, n, token, lift, vouch)
 	}
@@ -239,22 +269,23 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 }
 
 // attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and the done channels of the votes it started (each closed once
+// it failed, and calls (the done channels of earlier attempts' votes still
+// running) with those of the votes it started appended (each closed once
 // that vote's node calls have all ended); err is set (and nothing sent) only
 // when the owner generator failed.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*Lock, *QuorumError, []<-chan struct{}, error) {
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config, calls []<-chan struct{}) (*Lock, *QuorumError, []<-chan struct{}, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
 		// A generator that returns "" is misconfigured, not unlucky: every
 		// holder would share that value and release each other's locks.
-		return nil, nil, nil, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
+		return nil, nil, calls, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
 	}
 	if err != nil {
 		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
-		return nil, nil, nil, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+		return nil, nil, calls, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
 	}
 	a := &acquisition{
-		c: c, cfg: cfg, ctx: context.WithoutCancel(ctx), keys: keys, owner: owner,
+		c: c, cfg: cfg, ctx: ctx, keys: keys, owner: owner,
 		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
 		released: new(atomic.Bool),
 	}
@@ -270,18 +301,48 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if cfg.fencing {
 		fence = "1"
 	}
-	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext)
+	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
 
 	start := time.Now()
-	a.replied = make([]chan struct{}, len(c.nodes))
+	a.expires = start.Add(ttl)
+	// On the nodes Dial connected to, a call may wait for a free connection
+	// (nodequeue.go) as long as an answer could still leave the lock some
+	// validity, and until the attempt is decided; the wait counts in the
+	// elapsed time, measured from start.
+	if c.queued {
+		a.decided = make(chan struct{})
+	}
+	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
+	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
+	a.running = make([]atomic.Int32, len(c.nodes))
 	for i := range a.replied {
 		a.replied[i] = make(chan struct{})
 	}
-	acq, doneAcq := c.vote(ctx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	acq, doneAcq := c.vote(voteCtx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		defer close(a.replied[n.idx])
-		return a.grant(ctx, n)
+		defer func() {
+			if a.running[n.idx].Swap(2) == 1 {
+				n.late.Add(-1)
+			}
+		}()
+		exit, ok := c.enter(n, true)
+		if !ok {
+			a.unsent[n.idx] = true
+			return reply{err: errShed}
+		}
+		defer exit()
+		r := a.grant(ctx, n)
+		if errors.Is(r.err, errNotSent) {
+			a.unsent[n.idx] = true // the node's queue dropped it: no clean-up
+		}
+		return r
 	}, a.late)
-	started := []<-chan struct{}{doneAcq}
+	started := append(calls, doneAcq)
+	for i, n := range c.nodes {
+		if a.running[i].CompareAndSwap(0, 1) { // a straggler
+			n.late.Add(1)
+		}
+	}
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -292,7 +353,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 	if ok && cfg.fencing {
 		token = grants.token()
 		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, done := a.writeBack(ctx, grants, token)
+			fence, done := a.writeBack(voteCtx, grants, token)
 			started = append(started, done)
 			if fence.granted < c.quorum {
 				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
@@ -315,14 +376,32 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
 			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
 			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released, replied: a.replied,
+			nodes: acq.results, released: a.released, replied: a.replied, unsent: a.unsent,
 		}, nil, started, nil
 	}
 
-	// Failed: release on every node, those that refused included.
+	// Failed: release on every node that may hold our key: all but those
+	// that answered "taken". The Redlock spec unlocks every instance, since
+	// a node whose reply was lost may have set the key; a "taken" reply is
+	// no such node: it is the answer to our only SET there (go-redis never
+	// re-sends a command, see tuneOptions), and the SET did not apply. Under
+	// contention that spares every loser a delete on most nodes. The calls
+	// may wait for a connection until the keys would have expired anyway.
 	a.decide(failed, 0)
-	rel := newScriptCall(releaseScript, keys[:1], owner)
-	_, doneRel := c.vote(a.ctx, a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
+	_, doneRel := c.vote(c.withQueueBy(context.WithoutCancel(ctx), start.Add(ttl), nil), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+		select {
+		case <-a.replied[n.idx]:
+			if a.unsent[n.idx] {
+				return reply{err: errShed} // nothing was sent: nothing to delete
+			}
+		default:
+		}
+		if acq.results[n.idx].Outcome == OutcomeTaken {
+			return reply{code: codeTaken} // our SET did not apply there
+		}
+		exit, _ := c.enter(n, false)
+		defer exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
@@ -350,7 +429,7 @@ func (a *acquisition) countVotes(key string, acq *tally) grantSet {
 			}
 		}
 	}
-	g := grantSet{t: acq}
+	g := grantSet{t: acq, idx: make([]int, 0, len(acq.results))}
 	for i, r := range acq.results {
 		switch r.Outcome {
 		case OutcomeQuarantined:
@@ -472,7 +551,7 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, wroteBack bool) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 			defer cancel()
 			a.followUp(ctx, j.n, token, j.lift, j.vouch)
 		})

@@ -88,12 +88,15 @@ func minTTL(driftFactor float64, nodeTimeout time.Duration) (time.Duration, bool
 }
 
 // defaultNodeTimeout derives the per-node timeout from the TTL when the user
-// set none: 1% of the TTL, kept within [20 ms, 1 s]. The spec suggests 5–50 ms
-// for a 10 s TTL; the floor leaves room for a loaded machine, since a node that
-// times out only costs a vote, never safety. It does not shrink for short
-// TTLs (a timeout below what a node needs to answer fails every vote):
-// checkTTL rejects a TTL that the timeout would leave without validity, so
-// the shortest TTL with the defaults is 24 ms.
+// set none: 1% of the TTL, kept within [100 ms, 1 s]. The spec suggests 5–50 ms
+// for a 10 s TTL on a quiet network; the floor leaves room for a busy client
+// machine (on 2 shared cores a process that is not scheduled for tens of
+// milliseconds is common, and 20 ms reported healthy nodes timed out), since a
+// node that times out only costs a vote, never safety. It counts from when a
+// call has a connection (nodequeue.go), so the client's own queue is not in
+// it. It does not shrink for short TTLs (a timeout below what a node needs to
+// answer fails every vote): checkTTL rejects a TTL that the timeout would
+// leave without validity, so the shortest TTL with the defaults is 105 ms.
 func defaultNodeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/100, 20*time.Millisecond), time.Second)
+	return min(max(ttl/100, 100*time.Millisecond), time.Second)
 }

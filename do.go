@@ -311,10 +311,12 @@ func (s *Lease) Release(ctx context.Context) error {
 // the background, canceled the moment the lock can no longer be trusted),
 // and releases the lock when fn returns or panics, or when the hold limit
 // (WithMaxHold) passes, whichever is first. A panic propagates after the
-// release. When Do returns, no goroutine it started remains: the extender,
-// and every node call of the acquisition, the extensions and the release
-// (the calls the votes did not wait for included, each bounded by the
-// per-node timeout).
+// release. When Do returns, the extender and the hold-limit watcher have
+// stopped; like Acquire, Extend and Release, Do decides at a majority and
+// does not wait for a slow or unreachable minority: node calls the votes did
+// not wait for (the release's remaining deletes, the stragglers of the
+// acquisition and extensions) end in the background, each bounded by the
+// per-node timeout, and Client.Close waits for them.
 //
 // It returns:
 //   - the error of Acquire, without running fn, when the lock was not

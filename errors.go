@@ -10,8 +10,8 @@ import (
 )
 
 // Errors returned by the package. Test them with errors.Is; a *QuorumError
-// (errors.As) carries the per-node outcomes behind ErrNotAcquired, ErrNotHeld
-// and ErrNoQuorum.
+// (errors.As) carries the per-node outcomes behind ErrNotAcquired, ErrNotHeld,
+// ErrNoQuorum and ErrTaken.
 var (
 	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
 	// client, a malformed URL, an empty key, a TTL too short to leave
@@ -34,6 +34,17 @@ var (
 	ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
 	// ErrClosed is returned by operations on a closed Client.
 	ErrClosed = errors.New("redlock: client closed")
+	// ErrTaken means a failed Acquire or TryAcquire met another holder: in
+	// its last attempt at least one node had answered, by the time the vote
+	// was decided, that another owner holds the key (OutcomeTaken; a node
+	// still pending then does not count). errors.Is(err, ErrTaken) is true only for a
+	// *QuorumError wrapping ErrNotAcquired, and tells "busy" from "too few
+	// nodes answered" (no node said taken: unreachable, timed out, errors)
+	// without reading the per-node outcomes. One such node is enough, even
+	// when the others could not be reached: a client holds or contends for
+	// the key, so waiting is the answer, not repairing nodes. How many nodes
+	// said so is in the QuorumError's Nodes.
+	ErrTaken = errors.New("redlock: lock held by another owner")
 )
 
 // QuorumError is the error of an operation that did not reach its quorum. It
@@ -75,6 +86,21 @@ func (e *QuorumError) Error() string {
 	}
 	b.WriteString("]")
 	return b.String()
+}
+
+// Is reports whether target is ErrTaken and e is a failed acquisition whose
+// last attempt met another owner on some node (see ErrTaken). The sentinel
+// and the cause are matched through Unwrap.
+func (e *QuorumError) Is(target error) bool {
+	if target != ErrTaken || e.Err != ErrNotAcquired {
+		return false
+	}
+	for _, n := range e.Nodes {
+		if n.Outcome == OutcomeTaken {
+			return true
+		}
+	}
+	return false
 }
 
 // Unwrap returns the sentinel and, if set, the cause.

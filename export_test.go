@@ -45,3 +45,10 @@ func NotifyState(c *Client) (keys, subscribed int) {
 	}
 	return len(c.notify.keys), subscribed
 }
+
+// DialWith is Dial with adjust applied to node i's go-redis options before
+// its client is made: tests give the nodes an in-memory dialer and a small
+// connection pool.
+func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Option) (*Client, error) {
+	return dial(urls, adjust, opts)
+}

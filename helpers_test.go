@@ -301,3 +301,22 @@ func isScript(name, cmd string, args []string) bool {
 func firstToken(start time.Time) uint64 {
 	return uint64(start.Add(-25*time.Millisecond).UnixMicro()) + 1
 }
+
+// requireDecidedBy requires a Release's node results to show at least
+// quorum nodes with outcome want, and the others with want too or still
+// pending: Release returns once a majority decided, before the last
+// answers.
+func requireDecidedBy(t testing.TB, rs []redlock.NodeResult, want redlock.Outcome, quorum int) {
+	t.Helper()
+	n := 0
+	for i, r := range rs {
+		switch r.Outcome {
+		case want:
+			n++
+		case redlock.OutcomePending:
+		default:
+			t.Errorf("node %d: outcome %v, want %v or pending", i, r.Outcome, want)
+		}
+	}
+	require.GreaterOrEqual(t, n, quorum, "nodes that answered %v: %v", want, outcomes(rs))
+}

@@ -17,16 +17,15 @@ import (
 
 func TestDefaultNodeTimeout(t *testing.T) {
 	for ttl, want := range map[time.Duration]time.Duration{
-		10 * time.Second:       100 * time.Millisecond, // 1%
+		10 * time.Second:       100 * time.Millisecond, // 1%, and the floor
 		30 * time.Second:       300 * time.Millisecond,
-		5 * time.Minute:        time.Second,           // capped at 1 s
-		time.Second:            20 * time.Millisecond, // floor
-		100 * time.Millisecond: 20 * time.Millisecond,
-		15 * time.Millisecond:  20 * time.Millisecond, // never below the floor: checkTTL rejects the ttl
+		5 * time.Minute:        time.Second,            // capped at 1 s
+		2 * time.Second:        100 * time.Millisecond, // floor
+		100 * time.Millisecond: 100 * time.Millisecond, // never below the floor: checkTTL rejects the ttl
 	} {
 		assert.Equal(t, want, defaultNodeTimeout(ttl), "ttl %v", ttl)
 	}
-	assert.Error(t, checkTTL(15*time.Millisecond, DefaultDriftFactor, defaultNodeTimeout(15*time.Millisecond)))
+	assert.Error(t, checkTTL(100*time.Millisecond, DefaultDriftFactor, defaultNodeTimeout(100*time.Millisecond)))
 }
 
 // minTTL is the exact boundary of checkTTL: it passes, one millisecond less

@@ -40,6 +40,9 @@ type Lock struct {
 	// replied[i] is closed once node i's acquire call has returned (see
 	// acquisition.replied); nil for none to wait for.
 	replied []chan struct{}
+	// unsent[i] is set when the acquisition sent node i nothing (see
+	// acquisition.unsent); read it only once replied[i] is closed.
+	unsent []bool
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles.
 	state *lockState
@@ -53,42 +56,7 @@ type lockState struct {
 	ended atomic.Bool
 
 	mu    sync.Mutex
-	lease *Lease        // the Lease keeping the lock alive; nil if none
-	calls int           // batches of node calls still running (track)
-	idle  chan struct{} // closed when calls drops to zero; nil while it is zero
-}
-
-// track counts a batch of node calls that outlived the operation that
-// started them (the stragglers of the acquisition, of an extension), until
-// done is closed. Release waits for them (waitCalls), so that a lock's node
-// calls have all ended when its Release returns. Each batch is bounded by the
-// per-node timeout.
-func (s *lockState) track(done <-chan struct{}) {
-	s.mu.Lock()
-	if s.calls == 0 {
-		s.idle = make(chan struct{})
-	}
-	s.calls++
-	s.mu.Unlock()
-	go func() {
-		<-done
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.calls--; s.calls == 0 {
-			close(s.idle)
-			s.idle = nil
-		}
-	}()
-}
-
-// waitCalls blocks until every batch handed to track has ended.
-func (s *lockState) waitCalls() {
-	s.mu.Lock()
-	idle := s.idle
-	s.mu.Unlock()
-	if idle != nil {
-		<-idle
-	}
+	lease *Lease // the Lease keeping the lock alive; nil if none
 }
 
 // setLease records s as the Lease keeping the lock alive; it returns false
@@ -183,41 +151,53 @@ func (c *Client) releaseOp(ctx context.Context, n *node, keys []string, owner st
 	return reply{code: code, err: err}
 }
 
-func (c *Client) releaseNode(ctx context.Context, n *node, keys []string, owner string, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c.releaseOp(ctx, n, keys, owner)
-}
-
 // Release deletes the lock key on every node where it still holds this
-// lock's owner value, waiting for each node at most the per-node timeout. It
-// runs even if ctx is already canceled (a half-done release would leave keys
-// until their TTL); ctx's values are passed on.
+// lock's owner value, and returns as soon as a majority (N/2+1) of the nodes
+// decided the result: it does not wait for the other nodes, whose deletes
+// finish in the background (see below). It waits for a node at most the
+// per-node timeout. It runs even if ctx is already canceled (a half-done
+// release would leave keys until their TTL); ctx's values are passed on.
 //
 // It returns, looking only at the nodes that answered (deleted, "not held" or
 // "taken"; an unreachable, timed-out or failing node did not):
 //
-//   - a *QuorumError wrapping ErrNotHeld when a majority (N/2+1) answered
-//     that the key was not ours any more (expired, or held by another
-//     owner), whatever the other nodes answered: the lock had expired or
-//     been taken before this call, so the holder overran it. Keys of ours
-//     still found on other nodes are deleted all the same (Granted counts
-//     them);
+//   - a *QuorumError wrapping ErrNotHeld when a majority answered that the
+//     key was not ours any more (expired, or held by another owner),
+//     whatever the other nodes answered: the lock had expired or been taken
+//     before this call, so the holder overran it. Keys of ours still found on
+//     other nodes are deleted all the same (Granted counts those deleted by
+//     the time Release returns);
 //   - a *QuorumError wrapping ErrNoQuorum when fewer than a majority
 //     answered: the outcome is unknown, and the keys not deleted expire at
 //     their TTL;
 //   - nil otherwise: a majority answered, and it is no longer ours on any
 //     of them (deleted now, or gone before), so another client can acquire it.
 //
+// It returns as soon as no answer still to come could change that result
+// (with every node healthy: once a majority deleted the key), and the
+// *QuorumError's Nodes then show the nodes still to answer as
+// OutcomePending.
+//
 // After the Client is closed it returns ErrClosed and leaves the keys to
 // expire.
 //
+// The deletes still running when Release returns, and the node calls of the
+// acquisition and of extensions that their votes did not wait for, end in
+// the background, each bounded by the per-node timeout (a straggler's
+// delete by its acquire call's, then its own); the Client tracks them, and
+// Client.Close waits for them. A node's delete is sent only once
+// that node's own acquire call has returned (then with a per-node timeout of
+// its own), never beside it: go-redis's connection pool may run two
+// commands to one node in either order, and a delete that overtook its SET
+// would leave the key until its TTL (docs/performance.md). So once Release
+// and then Close have returned, no key of this lock is left on a node that
+// answered in time (nor on one that answered late but within the per-node
+// timeouts).
+//
 // Once Release is called the lock's Validity is zero or negative on every
 // handle, whatever the result. A Lease that keeps this lock alive is stopped
-// first. Release returns after every node call the lock started has ended:
-// those of the acquisition and of extensions that the vote did not wait for
-// (each bounded by the per-node timeout). A nested (reentrant) handle's
-// Release returns nil without a round trip.
+// first. A nested (reentrant) handle's Release returns nil without a round
+// trip.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
@@ -228,10 +208,6 @@ func (l *Lock) Release(ctx context.Context) error {
 	start := time.Now()
 	t, err := l.release(ctx)
 	l.observeOp(ctx, OpRelease, start, l.ttl, t, nil, err)
-	// Node calls of this lock that were still running (stragglers of the
-	// acquisition and extensions, late grants being undone) end before
-	// Release returns: nothing the lock started outlives it.
-	l.state.waitCalls()
 	end(nil, err)
 	return err
 }
@@ -248,48 +224,142 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if l.vouch {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
 	}
-	t, done := c.vote(context.WithoutCancel(ctx), l.cfg.timeoutFor(l.ttl), len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	call.forNodes(len(c.nodes))
+	timeout := l.cfg.timeoutFor(l.ttl)
+	// The keys expire at the latest at the last extension's (or the
+	// acquisition's) start plus its TTL: validUntil plus the drift allowance.
+	keysEnd := l.validUntil.Add(Drift(l.ttl, l.cfg.driftFactor))
+	// The vote decides once a majority deleted the key (or can no longer);
+	// the replies it did not wait for come here, for the rarer results that
+	// "not held" answers decide (releaseCount).
+	late := make(chan reply, len(c.nodes))
+	expired := time.NewTimer(timeout)
+	defer expired.Stop()
+	t, _ := c.vote(context.WithoutCancel(ctx), timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		// A node's delete follows that node's own acquire call, never
 		// overtakes its SET: go-redis's connection pool does not keep the
 		// order of commands to one node (docs/performance.md).
 		if l.replied != nil {
 			select {
 			case <-l.replied[n.idx]:
-			case <-ctx.Done():
-				// The acquire call outlived this vote (a node client that
-				// ignores its context): delete once it has returned.
-				untrack := c.track()
-				go func() {
-					defer untrack()
-					<-l.replied[n.idx]
-					c.releaseNode(context.WithoutCancel(ctx), n, l.keys, l.owner, l.cfg.timeoutFor(l.ttl))
-				}()
-				return reply{err: ctx.Err()}
+			default:
+				// A straggler of the acquisition: its delete waits for
+				// its grant, in the background once the vote is decided,
+				// and then gets a per-node timeout of its own. This call
+				// stays part of the vote, so Close waits for it.
+				<-l.replied[n.idx]
+				if l.unsent[n.idx] {
+					return reply{err: errShed} // nothing to delete
+				}
+				exit, _ := c.enter(n, false)
+				defer exit()
+				n.late.Add(1) // it follows a straggler
+				defer n.late.Add(-1)
+				dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+				defer cancel()
+				code, err := call.run(dctx, n).Int64()
+				return reply{code: code, err: err}
+			}
+			if l.unsent[n.idx] {
+				return reply{err: errShed} // nothing to delete
 			}
 		}
-		code, err := call.run(ctx, n).Int64()
+		exit, _ := c.enter(n, false)
+		defer exit()
+		// The delete may wait for the node's turn until the key would
+		// expire anyway (cleanupContext); the vote does not wait that long.
+		dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+		defer cancel()
+		code, err := call.run(dctx, n).Int64()
 		return reply{code: code, err: err}
-	}, nil)
-	<-done
-	deleted, notOurs := t.granted, 0
-	for _, r := range t.results {
-		if r.Outcome == OutcomeNotHeld || r.Outcome == OutcomeTaken {
-			notOurs++
+	}, func(r reply) { late <- r })
+	rc := countRelease(t, c.quorum)
+	for !rc.decided() {
+		select {
+		case r := <-late:
+			res := &t.results[r.idx]
+			res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+			rc.pending--
+			rc.add(res.Outcome)
+			if res.Outcome == OutcomeGranted {
+				t.granted++
+			}
+		case <-expired.C:
+			// The per-node timeout: whoever has not answered is timed out.
+			for i := range t.results {
+				if t.results[i].Outcome == OutcomePending {
+					t.results[i].Outcome, t.results[i].Err = OutcomeTimedOut, context.DeadlineExceeded
+				}
+			}
+			rc = countRelease(t, c.quorum)
 		}
 	}
-	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: deleted, Nodes: t.results}
-	switch {
-	case notOurs >= c.quorum:
-		// A majority no longer held our key: the lock had expired (or was
-		// taken) before this release, whatever the other nodes say. The
-		// holder must learn that it overran its lock.
-		qe.Err = ErrNotHeld
-	case deleted+notOurs < c.quorum:
-		qe.Err = ErrNoQuorum
-	default:
+	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results}
+	if qe.Err = rc.result(); qe.Err == nil {
 		return t, nil
 	}
 	return t, qe
+}
+
+// releaseCount is what a release vote knows so far: how many nodes deleted
+// the key, how many answered that it was not ours (not held or taken), how
+// many have not answered yet.
+type releaseCount struct {
+	deleted, notOurs, pending, quorum int
+}
+
+func countRelease(t *tally, quorum int) releaseCount {
+	rc := releaseCount{quorum: quorum}
+	for _, r := range t.results {
+		if r.Outcome == OutcomePending {
+			rc.pending++
+		} else {
+			rc.add(r.Outcome)
+		}
+	}
+	return rc
+}
+
+// add counts one more answer (a pending node's).
+func (rc *releaseCount) add(o Outcome) {
+	switch o {
+	case OutcomeGranted:
+		rc.deleted++
+	case OutcomeNotHeld, OutcomeTaken:
+		rc.notOurs++
+	}
+}
+
+// Release's rule, for the answers counted: ErrNotHeld when a majority said
+// the key was not ours, ErrNoQuorum when fewer than a majority answered,
+// nil otherwise.
+func (rc releaseCount) result() error {
+	switch {
+	case rc.notOurs >= rc.quorum:
+		// The lock had expired (or was taken) before this release,
+		// whatever the other nodes say: the holder must learn that it
+		// overran its lock.
+		return ErrNotHeld
+	case rc.deleted+rc.notOurs < rc.quorum:
+		return ErrNoQuorum
+	}
+	return nil
+}
+
+// decided reports whether the answers still pending cannot change result:
+// of the three results, only one is still possible.
+func (rc releaseCount) decided() bool {
+	notHeld := rc.notOurs+rc.pending >= rc.quorum
+	ours := rc.notOurs < rc.quorum
+	noQuorum := ours && rc.deleted+rc.notOurs < rc.quorum
+	released := ours && rc.deleted+rc.notOurs+rc.pending >= rc.quorum
+	possible := 0
+	for _, p := range []bool{notHeld, noQuorum, released} {
+		if p {
+			possible++
+		}
+	}
+	return possible == 1
 }
 
 // Extend makes the lock live at least ttl more on every node that still
@@ -346,11 +416,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, qe
 	}
 	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
-	t, done := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
-	l.state.track(done) // stragglers: Release waits for them
+	// The stragglers end in the background (done); the Client tracks them.
 	now := time.Now()
 	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {

@@ -80,9 +80,9 @@ type notifier struct {
 
 // keyWaiters is the state of one subscribed key.
 type keyWaiters struct {
-	queue    []*waiter // in order of arrival; the head is the one woken
-	clients  int       // Clients waiting for the key, as the last message said
-	released uint64    // releases announced by a majority of nodes so far
+	queue    []*lockWaiter // in order of arrival; the head is the one woken
+	clients  int           // Clients waiting for the key, as the last message said
+	released uint64        // releases announced by a majority of nodes so far
 	recent   [8]seenRelease
 	next     int // the slot of recent to reuse
 }
@@ -129,8 +129,8 @@ type nodeSub struct {
 	have map[string]bool // channels subscribed or being subscribed; notifier.mu
 }
 
-// waiter is one waiting Acquire. A nil *waiter waits its retry delay only.
-type waiter struct {
+// lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay only.
+type lockWaiter struct {
 	n    *notifier
 	ch   string
 	kw   *keyWaiters
@@ -142,7 +142,7 @@ type waiter struct {
 // to its release channel on every node, in the background. It returns nil
 // (wait the retry delay only) once the Client is closed or when no node
 // supports pub/sub.
-func (n *notifier) join(name string) *waiter {
+func (n *notifier) join(name string) *lockWaiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -161,7 +161,7 @@ func (n *notifier) join(name string) *waiter {
 		n.keys[ch] = kw
 		n.kickAll()
 	}
-	w := &waiter{n: n, ch: ch, kw: kw, snap: kw.released, wake: make(chan struct{}, 1)}
+	w := &lockWaiter{n: n, ch: ch, kw: kw, snap: kw.released, wake: make(chan struct{}, 1)}
 	kw.queue = append(kw.queue, w)
 	return w
 }
@@ -282,9 +282,9 @@ func (n *notifier) deliver(i int, ch, payload string) {
 
 // ready reports whether a majority of nodes announced a release since the
 // waiter's attempt began. n.mu is held.
-func (w *waiter) ready() bool { return w.kw.released > w.snap }
+func (w *lockWaiter) ready() bool { return w.kw.released > w.snap }
 
-func (w *waiter) signal() {
+func (w *lockWaiter) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -293,7 +293,7 @@ func (w *waiter) signal() {
 
 // mark records that an attempt begins: only releases from now on wake the
 // waiter.
-func (w *waiter) mark() {
+func (w *lockWaiter) mark() {
 	if w == nil {
 		return
 	}
@@ -309,7 +309,7 @@ func (w *waiter) mark() {
 // sleep waits for the retry delay d, until ctx ends, or, for the head waiter,
 // until a majority of nodes released the key since the last mark, whichever
 // comes first. It never waits longer than d.
-func (w *waiter) sleep(ctx context.Context, d time.Duration) {
+func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -352,7 +352,7 @@ const perRelease = 2
 // probability perRelease/k, so that about perRelease try. The choice is
 // random, hence fair between Clients; a waiter that sits out waits for the
 // next release or its retry delay, whichever comes first.
-func (w *waiter) takes() bool {
+func (w *lockWaiter) takes() bool {
 	w.n.mu.Lock()
 	k := w.kw.clients
 	w.n.mu.Unlock()
@@ -363,7 +363,7 @@ func (w *waiter) takes() bool {
 // The next waiter becomes the head: if the leaver acquired, the releases it
 // saw were spent on its own grant and do not wake the next one. The key is
 // unsubscribed once its last waiter left.
-func (w *waiter) leave(acquired bool) {
+func (w *lockWaiter) leave(acquired bool) {
 	if w == nil {
 		return
 	}

@@ -82,9 +82,24 @@ func WithDriftFactor(factor float64) Option {
 // ErrInvalidArgument), and every TTL used must leave at least 1 ms of
 // validity after it and the drift allowance: TTL − drift − timeout ≥ 1 ms
 // (else the call returns ErrInvalidArgument naming the smallest usable TTL).
-// Default: 1% of the TTL, within [20 ms, 1 s] (the Redlock spec suggests
-// 5–50 ms for a 10 s TTL), so the shortest TTL with the defaults is 24 ms;
-// set a shorter timeout for shorter TTLs.
+// Default: 1% of the TTL, within [100 ms, 1 s] (the Redlock spec suggests
+// 5–50 ms for a 10 s TTL on a quiet network; the 100 ms floor holds on a
+// busy 2-core client machine), so the shortest TTL with the defaults is
+// 105 ms; set a shorter timeout for shorter TTLs.
+//
+// On the nodes Dial connects to, the timeout measures the node, not this
+// client's own queue: a node's client runs at most its connection pool's size
+// (go-redis PoolSize, default 10 per CPU) of commands at once, and a command
+// beyond that first waits for one of them to end; its timeout starts when it
+// has its turn. The wait counts in the elapsed time that the validity
+// subtracts (TTL − elapsed − drift, elapsed from the attempt's start, as in
+// the Redlock spec), so it shortens the lock and never weakens it. It lasts
+// at most as long as an answer could still leave the attempt some validity
+// (TTL − drift − timeout − 1 ms from the attempt's start; for Release and
+// Extend, one timeout), after which that node's result is OutcomeTimedOut
+// with an error saying that no connection was free. For clients passed to New
+// the timeout also covers the wait for one of your pool's connections: size
+// PoolSize for the calls you run at once, or use Dial.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -295,6 +295,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		n, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 1, n, "no attempt was made with a bad option")
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "k")
 	})
 }
@@ -308,15 +309,15 @@ func TestTTL_SmallestUsable(t *testing.T) {
 		opts []redlock.Option
 		min  time.Duration
 	}{
-		// The default per-node timeout for short TTLs is its 20 ms floor:
-		// 24 − 2.24 − 20 = 1.76 ms; 23 − 2.23 − 20 = 0.77 ms.
-		{"defaults", nil, 24 * time.Millisecond},
+		// The default per-node timeout for short TTLs is its 100 ms floor:
+		// 105 − 3.05 − 100 = 1.95 ms; 104 − 3.04 − 100 = 0.96 ms.
+		{"defaults", nil, 105 * time.Millisecond},
 		// 5 − 2.05 − 1 = 1.95 ms; 4 − 2.04 − 1 = 0.96 ms.
 		{"1 ms per-node timeout", []redlock.Option{redlock.WithNodeTimeout(time.Millisecond)}, 5 * time.Millisecond},
 		// 103 − 2 − 100 = 1 ms exactly.
 		{"no drift factor", []redlock.Option{redlock.WithDriftFactor(0), redlock.WithNodeTimeout(100 * time.Millisecond)}, 103 * time.Millisecond},
-		// 46 − 25 − 20 = 1 ms; 45 − 24.5 − 20 = 0.5 ms.
-		{"drift factor 0.5", []redlock.Option{redlock.WithDriftFactor(0.5)}, 46 * time.Millisecond},
+		// 206 − 105 − 100 = 1 ms; 205 − 104.5 − 100 = 0.5 ms.
+		{"drift factor 0.5", []redlock.Option{redlock.WithDriftFactor(0.5)}, 206 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -37,6 +37,12 @@ import (
 //
 // and at the end of each schedule:
 //
+//   - nothing left after Close: every handle still held is released, the
+//     clients are closed, and at once (Release returns at a majority, the
+//     rest ends in the background and Close waits for it) no node holds
+//     the key of any owner whose Release was called, unless that node was
+//     down, dropped a reply, failed a call or was killed since the owner's
+//     acquisition started;
 //   - liveness: with a majority up and every fault healed, each key is
 //     acquired within one quarantine plus one TTL (every earlier key expired);
 //   - bounded history: once every name is idle for the retention, no node
@@ -169,8 +175,10 @@ type model struct {
 	keys    []string
 	handles []*propHandle
 	tokens  map[string]uint64 // highest token handed out per key
-	log     []string
-	stats   *propStats
+	// released are the handles whose owner's Release was called.
+	released []*propHandle
+	log      []string
+	stats    *propStats
 }
 
 func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
@@ -215,10 +223,39 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 		"checkLiveness":  func(t *rapid.T) { m.liveness(rapid.SampledFrom(m.keys).Draw(t, "key")) },
 		"releaseExpired": func(*rapid.T) { m.dropExpired() },
 	})
+	m.nothingLeftAfterClose()
+	m.clients = []*redlock.Client{c.secondClient(t, m.options()...)}
 	for _, k := range m.keys {
 		m.liveness(k)
 	}
 	m.boundedHistory()
+}
+
+// nothingLeftAfterClose releases every handle still held, closes the
+// clients, and then, without waiting for anything else, requires that no
+// node holds a released owner's key, except nodes down now or upset (a
+// dropped reply, a failed call, a kill) since that owner's acquisition
+// started: their calls may have failed or run out of order.
+func (m *model) nothingLeftAfterClose() {
+	m.t.Helper()
+	for _, h := range m.live() {
+		m.releaseHandle(h)
+	}
+	for _, cl := range m.clients {
+		if err := cl.Close(); err != nil {
+			m.fatalf("close: %v", err)
+		}
+	}
+	for _, h := range m.released {
+		for i, pn := range m.nodes {
+			if pn.down || pn.upsetSince(h.start) {
+				continue
+			}
+			if pn.Value(h.key) == h.lock.Owner() {
+				m.fatalf("nothing left after Close: node %d still holds %s of token %d, released", i, h.key, h.lock.Token())
+			}
+		}
+	}
 }
 
 func (m *model) options() []redlock.Option {
@@ -403,6 +440,7 @@ func (m *model) releaseHandle(h *propHandle) {
 	}
 	m.logf("release %s token %d: %v", h.key, h.lock.Token(), err)
 	m.stats.add(func(s *propStats) { s.released++ })
+	m.released = append(m.released, h)
 	// Whatever the outcome, the holder has given the lock up.
 	for _, o := range m.handles {
 		if o.lock.Owner() == h.lock.Owner() {

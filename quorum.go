@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 )
 
 // Outcome is what one node answered to one operation (acquire, extend,
@@ -81,7 +81,7 @@ type reply struct {
 type tally struct {
 	results  []NodeResult
 	counters []uint64
-	epochs   []int64
+	epochs   []uint64 // epochTrusted...; uint64 to share the counters' allocation
 	granted  int
 	// fresh counts quarantined grants from nodes that created the key's
 	// epoch just now; others counts every other answer (errors aside).
@@ -116,54 +116,23 @@ type nodeOp func(ctx context.Context, n *node) reply
 // those not yet done, and nothing of a finished vote stays reachable.
 func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
 	n := len(c.nodes)
-	t := &tally{results: make([]NodeResult, n), counters: make([]uint64, n), epochs: make([]int64, n), need: need}
+	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{})}
+	t := &b.tally
+	both := make([]uint64, 2*n) // counters and epochs, in one allocation
+	t.results, t.counters, t.epochs, t.need = make([]NodeResult, n), both[:n:n], both[n:], need
 	for i, nd := range c.nodes {
 		t.results[i] = NodeResult{Node: nd.name, Outcome: OutcomePending}
 	}
 
-	var (
-		mu      sync.Mutex
-		decided bool
-		replies = make(chan reply, n)
-	)
-	// deliver hands a reply to the decision loop, or to late once the vote
-	// is decided; the mutex makes the hand-over exact.
-	deliver := func(r reply) {
-		mu.Lock()
-		if !decided {
-			replies <- r
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		if late != nil {
-			late(r)
-		}
-	}
-
-	nodeCtx, cancel := context.WithTimeout(ctx, timeout)
-	var g errgroup.Group
-	untrack := c.track()
+	// One goroutine per node call and no other: the last call to finish
+	// ends the vote's context and closes done (no waiter goroutine).
+	var expired <-chan struct{}
+	b.ctx, expired, b.cancel = c.nodeContext(ctx, timeout) // nodequeue.go
+	b.untrack = c.track()
+	b.running.Store(int32(n))
 	for i, nd := range c.nodes {
-		g.Go(func() error {
-			start := time.Now()
-			r := op(nodeCtx, nd)
-			r.idx, r.latency = i, time.Since(start)
-			deliver(r)
-			return nil
-		})
+		go b.call(i, nd, op)
 	}
-	// One goroutine waits for the node calls; waiters only receive from
-	// done. (A sync.OnceFunc shared by two waiters would park the second on
-	// a mutex, which testing/synctest does not count as durably blocked:
-	// fake time would then stop while a node call sleeps on it.)
-	done := make(chan struct{})
-	go func() {
-		defer untrack()
-		_ = g.Wait()
-		cancel()
-		close(done)
-	}()
 
 	answered := 0
 	record := func(r reply) {
@@ -177,7 +146,7 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 				res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
 			}
 		}
-		t.counters[r.idx], t.epochs[r.idx] = r.counter, r.epoch
+		t.counters[r.idx], t.epochs[r.idx] = r.counter, uint64(r.epoch)
 		switch res.Outcome {
 		case OutcomeGranted:
 			t.granted++
@@ -206,27 +175,28 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 		return t.granted >= need || answered == n || possible < need
 	}
 
-	// The node context's Done fires at the per-node timeout or when ctx
-	// ends, whichever is first, even if a node call ignores its context
-	// (a user's client without ContextTimeoutEnabled).
+	// expired fires at the per-node timeout (after the wait for a slot on
+	// nodes with a queue, see nodeContext) or when ctx ends, whichever is
+	// first, even if a node call ignores its context (a user's client
+	// without ContextTimeoutEnabled).
 	byClock := false
 	for !byClock && !decide() {
 		select {
-		case r := <-replies:
+		case r := <-b.replies:
 			record(r)
-		case <-nodeCtx.Done():
+		case <-expired:
 			byClock = true
 		}
 	}
 
-	mu.Lock()
-	decided = true
+	b.mu.Lock()
+	b.decided = true
 	// Replies queued before the decision still count: a node that answered
 	// in time must not be reported as timed out.
-	for len(replies) > 0 {
-		record(<-replies)
+	for len(b.replies) > 0 {
+		record(<-b.replies)
 	}
-	mu.Unlock()
+	b.mu.Unlock()
 
 	if byClock {
 		// Decided by the clock or the caller: whoever has not answered is
@@ -241,7 +211,54 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 			}
 		}
 	}
-	return t, done
+	return t, b.done
+}
+
+// ballot is the state one vote shares with its node calls, in one
+// allocation: the tally the decision loop fills, and the hand-over of
+// replies to it (or to late, once decided).
+type ballot struct {
+	tally
+	mu      sync.Mutex
+	decided bool
+	replies chan reply
+	late    func(reply)
+
+	ctx     context.Context // the node calls' context: per-node timeout
+	cancel  context.CancelFunc
+	untrack func()
+	done    chan struct{}
+	running atomic.Int32 // node calls not finished yet
+}
+
+// call runs op on node i and delivers its reply; the last call to finish
+// ends the vote's context, closes done, and lets Close go.
+func (b *ballot) call(i int, nd *node, op nodeOp) {
+	growStack()
+	start := time.Now()
+	r := op(b.ctx, nd)
+	r.idx, r.latency = i, time.Since(start)
+	b.deliver(r)
+	if b.running.Add(-1) == 0 {
+		b.cancel()
+		close(b.done)
+		b.untrack()
+	}
+}
+
+// deliver hands a reply to the decision loop, or to late once the vote is
+// decided; the mutex makes the hand-over exact.
+func (b *ballot) deliver(r reply) {
+	b.mu.Lock()
+	if !b.decided {
+		b.replies <- r
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	if b.late != nil {
+		b.late(r)
+	}
 }
 
 // callerEnded returns the caller's context error, or DeadlineExceeded once
@@ -284,3 +301,29 @@ func classify(r reply) Outcome {
 	}
 	return OutcomeUnreachable
 }
+
+// stackHint is the stack frame growStack takes: with what is already on
+// the stack, enough for the runtime to grow a new goroutine's stack to 16 KB
+// in one step, which holds go-redis's call path from the node call down to
+// the socket read.
+const stackHint = 12 << 10
+
+// growStack grows the calling goroutine's stack while it is still shallow.
+// A new goroutine starts with a small stack, and a node call would
+// otherwise grow it by doubling in the middle of go-redis's deep call path,
+// copying every frame each time: runtime.newstack took 16.8 % of the C1
+// benchmark's CPU samples, 3.4 % with this (docs/performance.md, "CPU
+// profile of C1"). A goroutine whose stack is already large enough only
+// zeroes the frame.
+//
+//go:noinline
+func growStack() byte {
+	var pad [stackHint]byte
+	return pad[len(pad)-1] + sink(pad[:])
+}
+
+// sink keeps growStack's frame: the compiler cannot drop an array that a
+// call it does not inline reads.
+//
+//go:noinline
+func sink(b []byte) byte { return b[0] }

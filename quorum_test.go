@@ -116,9 +116,10 @@ func TestAcquire_EvenSplitFailsPromptly(t *testing.T) {
 		assert.Equal(t, 3, qe.Quorum)
 		assert.Equal(t, 2, qe.Granted)
 		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken, redlock.OutcomeGranted, redlock.OutcomeGranted}, outcomes(qe.Nodes))
-		// Decided at 5 ms when the split was known; the release on every
-		// node takes another 5 ms on the slow ones.
-		assert.Equal(t, 10*time.Millisecond, elapsed)
+		// Decided at 5 ms when the split was known; the clean-up deletes
+		// only where our SET may have applied (nodes 2 and 3, fast), not on
+		// the slow nodes that answered "taken".
+		assert.Equal(t, 5*time.Millisecond, elapsed)
 
 		c.nodes[0].Slow(0)
 		c.nodes[1].Slow(0)
@@ -218,6 +219,7 @@ func TestAcquire_MinorityUnreachableSucceeds(t *testing.T) {
 			assert.Equal(t, l.Owner(), c.nodes[i].Value("report"))
 		}
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "report")
 	})
 }

@@ -60,6 +60,59 @@ type node struct {
 	name   string
 	client redis.Scripter
 	closer func() error // nil for clients the user owns
+	// backlog counts this Client's acquire and release calls to the node
+	// still running; late counts those of them that outlived the vote
+	// they were sent for (stragglers, and the deletes that follow them).
+	// An acquisition may send the node nothing while late is at its
+	// connection pool's size (lateLimit, 0: no limit). See Client.enter.
+	backlog, late atomic.Int32
+	lateLimit     int32
+	queue         *nodeQueue // nil for clients the user owns (nodequeue.go)
+}
+
+// limitBacklog sets the node's limit from its client's connection pool,
+// when the client says how large that is.
+func (n *node) limitBacklog(rc any) {
+	if c, ok := rc.(*redis.Client); ok && c.Options().PoolSize > 0 {
+		n.lateLimit = int32(c.Options().PoolSize)
+	}
+}
+
+// enter counts one more call to node n and returns the function that ends
+// it; ok is false (and nothing is counted) when the call is an acquisition
+// (acquire) that n must not be sent: n lags behind the nodes that decide
+// the votes, with as many calls still running after their votes were
+// decided (late) as its pool has connections, while a majority of the
+// nodes keep up (fewer calls running than their pool has connections).
+//
+// Why: a node that answers more slowly than the others is never waited
+// for, so nothing paces the calls sent to it, and go-redis queues those
+// that find every pooled connection busy. In that queue a release's delete
+// can run out of time before it is even written, leaving the key until its
+// TTL (docs/performance.md, "Release at the majority"). An acquisition not
+// sent to a node needs no delete there, and the node is not needed for the
+// majority; deletes are never shed. When every node is that busy (a burst
+// of acquisitions), nothing is shed: the client's own queue is the limit
+// then, and the per-node timeout applies as before.
+func (c *Client) enter(n *node, acquire bool) (exit func(), ok bool) {
+	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
+		return nil, false
+	}
+	n.backlog.Add(1)
+	return func() { n.backlog.Add(-1) }, true
+}
+
+// majorityKeepsUp reports whether a majority of the nodes have fewer calls
+// running than their pool has connections (a node without a known pool
+// does not count).
+func (c *Client) majorityKeepsUp() bool {
+	k := 0
+	for _, m := range c.nodes {
+		if m.lateLimit > 0 && m.backlog.Load() < m.lateLimit {
+			k++
+		}
+	}
+	return k >= c.quorum
 }
 
 // Client acquires locks on a fixed set of N independent Redis nodes. It is
@@ -69,6 +122,7 @@ type Client struct {
 	nodes    []*node
 	quorum   int
 	cfg      config
+	queued   bool // every node has a queue: the client dialed them (Dial)
 	inflight sync.WaitGroup
 	closed   atomic.Bool
 	// closeMu orders track's Add against Close's Wait (a WaitGroup must not
@@ -110,7 +164,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if isNil(rc) {
 			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
 		}
-		nodes = append(nodes, &node{idx: i, name: clientName(rc, i), client: rc})
+		nd := &node{idx: i, name: clientName(rc, i), client: rc}
+		nd.limitBacklog(rc)
+		nodes = append(nodes, nd)
 	}
 	c, err := newClient(nodes, opts)
 	if err != nil {
@@ -127,13 +183,22 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 // "redis://user:password@host:port/db" for ACL users (see redis.ParseURL),
 // or plain "host:port", which means "redis://host:port".
 // Its connections never re-send a command, honour the per-node timeout, and
-// make one quick dial attempt; Close closes them. Dial does not contact the
+// make one quick dial attempt; Close closes them. It runs at most a node's
+// connection pool's size of commands on it at once (PoolSize, a URL parameter
+// pool_size; default 10 per CPU), and a command's per-node timeout starts
+// when it has its turn (see WithNodeTimeout). Dial does not contact the
 // nodes, so it cannot tell one server named twice by different host names
 // (127.0.0.1 and localhost): only the same address spelled the same way.
 //
 // It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
 // outside 1..65535, the same address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
+	return dial(urls, nil, opts)
+}
+
+// dial is Dial; adjust, when not nil, may change node i's options before its
+// client is made (tests give the nodes an in-memory dialer).
+func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*Client, error) {
 	nodes := make([]*node, len(urls))
 	parsed := make([]*redis.Options, len(urls))
 	for i, u := range urls {
@@ -154,9 +219,16 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	for i, n := range c.nodes {
+		if adjust != nil {
+			adjust(i, parsed[i])
+		}
 		rc := redis.NewClient(parsed[i])
+		n.queue = newNodeQueue(rc.Options().PoolSize)
+		rc.AddHook(n.queue)
 		n.client, n.closer = rc, rc.Close
+		n.limitBacklog(rc)
 	}
+	c.queued = true
 	return c, nil
 }
 
@@ -197,7 +269,9 @@ func tuneOptions(o *redis.Options) {
 // NewNodeClient returns a go-redis client for one node at addr ("host:port")
 // with the settings Redlock needs (see Dial). Use it with New when you need
 // your own dialer or TLS configuration; extra may adjust the options before
-// the client is made (it may be nil).
+// the client is made (it may be nil). A Client made by New over such clients
+// does not queue its commands itself, so the per-node timeout also covers the
+// wait for a free connection of the client's pool (see WithNodeTimeout).
 func NewNodeClient(addr string, extra func(*redis.Options)) *redis.Client {
 	o := &redis.Options{Addr: addr}
 	tuneOptions(o)
@@ -302,11 +376,17 @@ func (c *Client) Nodes() []string {
 // Quorum returns the number of nodes that must agree: N/2 + 1.
 func (c *Client) Quorum() int { return c.quorum }
 
-// Close waits for node calls still in flight (each bounded by the per-node
-// timeout) and closes the connections that Dial opened. Clients passed to New
-// are left open; the pub/sub connections the Client opened on them to learn
-// of releases are closed. An Acquire waiting between attempts returns
-// ErrClosed at once. Later calls return ErrClosed. Close is idempotent.
+// Close waits for node calls still in flight and closes the connections that
+// Dial opened. Those calls include the ones that operations which already
+// returned left running in the background: the deletes of a Release that
+// returned at the majority, the acquisition's and extensions' stragglers
+// and their clean-up. Each is bounded by the per-node timeout (a straggler's
+// delete by its acquire call's, then its own), so once Close returns no key
+// of a released lock is left on a node that answered within them. Clients
+// passed to New are left open; the pub/sub connections the Client opened on
+// them to learn of releases are closed. An Acquire waiting between attempts
+// returns ErrClosed at once. Later calls return ErrClosed. Close is
+// idempotent.
 func (c *Client) Close() error {
 	c.closeMu.Lock()
 	already := c.closed.Swap(true)
@@ -348,7 +428,8 @@ func (c *Client) Close() error {
 // arguments give ErrInvalidArgument; a closed client ErrClosed (also when
 // Close is called between attempts: then after the node calls of the earlier
 // attempts have ended). On success, the node calls that the vote did not
-// wait for may still run; the Lock's Release waits for them. opts override
+// wait for may still run: they end in the background (each bounded by the
+// per-node timeout), and Close waits for them. opts override
 // the client's options for this call; Acquire does not modify the slice.
 //
 // Acquire is reentrant through ctx: when ctx is, or derives from, the context
@@ -381,6 +462,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // TryAcquire is Acquire with a single attempt: it returns ErrNotAcquired at
 // once when the lock is held elsewhere.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if len(opts) == 0 {
+		return c.Acquire(ctx, key, ttl, tryOnce...) // Acquire does not modify it
+	}
 	// A new slice: appending to opts could write into the caller's array.
-	return c.Acquire(ctx, key, ttl, slices.Concat(opts, []Option{WithRetry(NoRetry())})...)
+	return c.Acquire(ctx, key, ttl, slices.Concat(opts, tryOnce)...)
 }
+
+// tryOnce is TryAcquire's option, made once.
+var tryOnce = []Option{WithRetry(NoRetry())}

@@ -86,6 +86,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				}
 
 				require.NoError(t, l2.Release(ctx))
+				synctest.Wait() // the deletes Release did not wait for
 				c.requireNoKey(t, "report")
 
 				// Released: the next holder gets it at once, with a higher token.
@@ -112,6 +113,7 @@ func TestAcquire_KeyPrefix(t *testing.T) {
 			assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{lock:report}:fence"))
 		}
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "lock:report")
 	})
 }
@@ -354,6 +356,7 @@ func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
 			assert.Equal(t, 5*time.Second, c.nodes[i].m.TTL("report"), "node %d: another owner's TTL must not change", i)
 		}
 		require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld, "taken on a majority; our key on node 2 still goes")
+		synctest.Wait() // the deletes Release did not wait for
 		assert.False(t, c.nodes[2].Has("report"))
 		assert.Equal(t, 2, c.holders("report"))
 	})
@@ -395,9 +398,7 @@ func TestRelease_ExpiredEverywhereIsNotHeldPromptly(t *testing.T) {
 		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
 		assert.Equal(t, "release", qe.Op)
-		assert.Equal(t, []redlock.Outcome{
-			redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld, redlock.OutcomeNotHeld,
-		}, outcomes(qe.Nodes))
+		requireDecidedBy(t, qe.Nodes, redlock.OutcomeNotHeld, 3)
 
 		// Releasing twice is the same.
 		require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
@@ -418,7 +419,8 @@ func TestRelease_TakenBySomeoneElseIsNotDeleted(t *testing.T) {
 		err = l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		qe := quorumError(t, err)
-		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken, redlock.OutcomeTaken}, outcomes(qe.Nodes))
+		requireDecidedBy(t, qe.Nodes, redlock.OutcomeTaken, 2)
+		synctest.Wait() // the last node's answer
 		for i, nd := range c.nodes {
 			assert.Equal(t, next.Owner(), nd.Value("report"), "node %d: the new holder's key must stay", i)
 		}
@@ -439,7 +441,11 @@ func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
 		err = l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
-		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, outcomes(qe.Nodes))
+		// Two unreachable nodes decide it: the reachable node's delete
+		// may still be on its way.
+		assert.Contains(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomePending}, qe.Nodes[0].Outcome)
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, outcomes(qe.Nodes[1:]))
+		synctest.Wait()
 		assert.False(t, c.nodes[0].Has("report"), "the reachable node is released")
 	})
 }
@@ -454,6 +460,7 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		require.NoError(t, l.Release(ctx))
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "report")
 	})
 }
@@ -598,6 +605,7 @@ func TestAcquire_AtMostOneOfManyConcurrentClientsWins(t *testing.T) {
 		for _, l := range winners {
 			require.NoError(t, l.Release(ctx))
 		}
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "report")
 	})
 }
@@ -837,9 +845,16 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 				require.NoError(t, err)
 				lease, err := l.KeepAlive(ctx, redlock.WithExtendInterval(200*time.Millisecond))
 				require.NoError(t, err)
+				// The restarted node answers "not held" before the others'
+				// grants decide the extension: only such an answer is put
+				// back (a later one arrives once the extension is decided).
 				time.Sleep(100 * time.Millisecond)
+				c.nodes[1].Slow(time.Millisecond)
+				c.nodes[2].Slow(time.Millisecond)
 				c.nodes[0].m.FlushAll() // a restart without persistence
 				time.Sleep(700 * time.Millisecond)
+				c.nodes[0].Slow(time.Millisecond)
+				c.nodes[1].Slow(0)
 				c.nodes[1].m.FlushAll()
 				time.Sleep(2 * time.Second)
 				require.NoError(t, lease.Err(), "the lease must survive")
@@ -852,6 +867,7 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 					}
 				}
 				require.NoError(t, lease.Release(ctx))
+				synctest.Wait() // the deletes Release did not wait for
 				c.requireNoKey(t, "report")
 			})
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -104,13 +105,16 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 						require.ErrorIs(t, err, want)
 						qe := quorumError(t, err)
 						assert.Equal(t, "release", qe.Op)
-						assert.Equal(t, strings.Count(fmt.Sprint(nodes), "ours"), qe.Granted, "deleted")
+						// Release returns once the result is decided: a
+						// delete may still be on its way then.
+						assert.LessOrEqual(t, qe.Granted, strings.Count(fmt.Sprint(nodes), "ours"), "deleted")
 						for _, other := range []error{redlock.ErrNotHeld, redlock.ErrNoQuorum} {
 							if other != want {
 								assert.NotErrorIs(t, err, other)
 							}
 						}
 					}
+					synctest.Wait() // the deletes Release did not wait for
 					for i, st := range nodes {
 						if st == ours {
 							assert.False(t, c.nodes[i].Has("report"), "node %d: our key is deleted", i)
@@ -237,9 +241,10 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	})
 }
 
-// Release waits for the node calls that an extension left running (the
-// extension returned at its quorum), as it does for the acquisition's.
-func TestRelease_WaitsForExtensionStragglers(t *testing.T) {
+// Release does not wait for the node calls that an extension left running
+// (the extension returned at its quorum): they end in the background, and
+// Close waits for them.
+func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -258,9 +263,98 @@ func TestRelease_WaitsForExtensionStragglers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, time.Since(start), "Extend returns at its quorum")
 		require.NoError(t, ext.Release(ctx))
+		assert.Zero(t, time.Since(start), "Release returns at its majority")
+		require.NoError(t, c.rl.Close())
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Close waited for the extension's straggler")
 		lc.verifyNone(t, base)
-		assert.Equal(t, 50*time.Millisecond, time.Since(start))
+		c.requireNoKey(t, "job")
 	})
+}
+
+// Release returns once a majority deleted the key; the slow node's delete
+// ends in the background, and Close waits for it: after Release and Close
+// no key is left anywhere, and no goroutine.
+func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
+	lc := newLeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		c.warmUp(t)
+		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, 5, c.holders("report"))
+		// Node 4 answers deletes 80 ms late (within the 100 ms per-node
+		// timeout); the others at once.
+		c.nodes[4].SlowIf(80*time.Millisecond, func(cmd string, args []string) bool {
+			return isScript("release", cmd, args)
+		})
+		base := goleak.IgnoreCurrent()
+		start := time.Now()
+		require.NoError(t, l.Release(ctx))
+		assert.Zero(t, time.Since(start), "Release returned at the majority, before the slow node")
+		assert.True(t, c.nodes[4].Has("report"), "the slow node's delete is still on its way")
+		require.NoError(t, c.rl.Close())
+		assert.Equal(t, 80*time.Millisecond, time.Since(start), "Close waited for the slow node's delete")
+		c.requireNoKey(t, "report")
+		lc.verifyNone(t, base)
+	})
+}
+
+// When "not held" answers leave the result open at the majority of deletes'
+// decision, Release waits for the answer that settles it, or for the
+// per-node timeout, and no longer.
+func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slow  releaseCase   // what node 3 holds
+		delay time.Duration // node 3's delay on deletes
+		want  error
+		took  time.Duration
+	}{
+		{"the slow node deletes", ours, 50 * time.Millisecond, nil, 50 * time.Millisecond},
+		{"the slow node says not held", gone, 50 * time.Millisecond, redlock.ErrNotHeld, 50 * time.Millisecond},
+		{"the slow node times out", ours, 300 * time.Millisecond, nil, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 5)
+				c.warmUp(t)
+				l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
+				require.NoError(t, err)
+				synctest.Wait()
+				// Nodes 0 and 1 lost the key, node 2 has it, node 4 is down:
+				// node 3 decides between nil and ErrNotHeld.
+				c.nodes[0].m.Del("report")
+				c.nodes[1].m.Del("report")
+				if tc.slow == gone {
+					c.nodes[3].m.Del("report")
+				}
+				c.nodes[4].Refuse()
+				c.nodes[3].SlowIf(tc.delay, func(cmd string, args []string) bool {
+					return isScript("release", cmd, args)
+				})
+				start := time.Now()
+				err = l.Release(ctx)
+				assert.Equal(t, tc.took, time.Since(start))
+				if tc.want == nil {
+					require.NoError(t, err)
+				} else {
+					require.ErrorIs(t, err, tc.want)
+				}
+				require.NoError(t, c.rl.Close())
+				answered := 4
+				if tc.delay > 100*time.Millisecond {
+					answered = 3 // node 3 never answered in time
+				}
+				for i := range answered {
+					assert.False(t, c.nodes[i].Has("report"), "node %d", i)
+				}
+				settleDials()
+			})
+		})
+	}
 }
 
 // TryAcquire adds its single-attempt policy to a copy of the options: the
@@ -328,6 +422,7 @@ func TestScripts_RunOnNodesWithoutThemCached(t *testing.T) {
 				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
 			}
 			require.NoError(t, l.Release(ctx), "round %d", round)
+			synctest.Wait() // the deletes Release did not wait for
 			c.requireNoKey(t, "report")
 		}
 	})
@@ -368,23 +463,30 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, l.Release(ctx))
 		}
+		synctest.Wait() // the deletes Release did not wait for
 		c.requireNoKey(t, "report")
 	})
 }
 
 // A straggler of the acquisition (its grant still on its way when Release
-// starts) gets exactly one delete, sent after its grant: go-redis's pool
-// does not keep the order of one node's commands, so a delete sent earlier
-// could run before the SET and leave the key behind.
+// starts) gets exactly one delete, sent after its grant, in the background:
+// go-redis's pool does not keep the order of one node's commands, so a
+// delete sent earlier could run before the SET and leave the key behind.
+// Release does not wait for it; Close does.
 func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
 		c.warmUp(t)
-		var deletes atomic.Int64
+		var (
+			deletes  atomic.Int64
+			deleteAt atomic.Int64 // fake time of node 4's delete, after start
+		)
+		start := time.Now()
 		c.nodes[4].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
 			if isScript("release", cmd, args) {
 				deletes.Add(1)
+				deleteAt.Store(int64(time.Since(start)))
 				return false // the release itself is not delayed
 			}
 			return isScript("acquire", cmd, args)
@@ -393,9 +495,116 @@ func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redlock.OutcomePending, l.Nodes()[4].Outcome, "node 4 is a straggler")
 		require.NoError(t, l.Release(ctx))
-		for i, nd := range c.nodes {
-			assert.False(t, nd.Has("report"), "node %d still holds the key after Release", i)
+		assert.Zero(t, time.Since(start), "Release did not wait for the straggler")
+		assert.Zero(t, deletes.Load(), "no delete sent before the straggler's grant")
+		require.NoError(t, c.rl.Close())
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Close waited for the straggler's delete")
+		assert.Equal(t, int64(1), deletes.Load(), "one delete for the straggler")
+		assert.Equal(t, 50*time.Millisecond, time.Duration(deleteAt.Load()), "sent once the grant had returned")
+		c.requireNoKey(t, "report")
+	})
+}
+
+// A node that answers more slowly than the others is never waited for, so
+// nothing paces the calls sent to it. Once it has as many calls running
+// after their votes were decided as its pool has connections, while the
+// others keep up, acquisitions send it nothing (it counts as timed out, and
+// needs no delete), so that go-redis's queue for it stays short and the
+// deletes that follow its grants are not starved in it.
+func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		nodes := []*testNode{newTestNode(t, 0), newTestNode(t, 1), newTestNode(t, 2)}
+		slow := nodes[2].rc.Options()
+		slow.PoolSize = 1 // at most 1 late call
+		slowRC := redis.NewClient(slow)
+		rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC})
+		require.NoError(t, err)
+		for _, nd := range nodes {
+			require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
 		}
-		assert.Equal(t, int64(1), deletes.Load(), "one delete for the straggler, after its grant")
+		var (
+			mu   sync.Mutex
+			seen []string // keys of the acquire calls node 2 ran
+		)
+		nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+			if isScript("acquire", cmd, args) {
+				mu.Lock()
+				seen = append(seen, args[2])
+				mu.Unlock()
+			}
+			return cmd == "EVALSHA" || cmd == "EVAL"
+		})
+		start := time.Now()
+		var locks []*redlock.Lock
+		for i := range 3 {
+			l, err := rl.TryAcquire(ctx, fmt.Sprintf("job%d", i), ttl10s)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+			locks = append(locks, l)
+		}
+		assert.Zero(t, time.Since(start), "the slow node costs nothing")
+		// job0's acquire to node 2 outlived its vote: node 2 is at its
+		// limit of one late call while nodes 0 and 1 keep up.
+		// Its shed reply comes at once, but may still come after nodes 0
+		// and 1 decided the vote (then it shows as pending).
+		for _, l := range locks[1:] {
+			if shed := l.Nodes()[2]; shed.Outcome != redlock.OutcomePending {
+				assert.Equal(t, redlock.OutcomeTimedOut, shed.Outcome)
+				assert.ErrorContains(t, shed.Err, "not sent")
+			}
+		}
+		require.NoError(t, rl.Close())
+		require.NoError(t, slowRC.Close())
+		mu.Lock()
+		assert.Equal(t, []string{"job0"}, seen, "job1's and job2's acquisitions were not sent to node 2")
+		mu.Unlock()
+		for _, nd := range nodes {
+			for i := range 3 {
+				assert.False(t, nd.Has(fmt.Sprintf("job%d", i)), "%s: job%d", nd.addr, i)
+			}
+		}
+	})
+}
+
+// When every node is that busy (a burst of acquisitions on a small pool),
+// no node lags behind a majority, so nothing is shed: the calls wait for a
+// connection as before, within the per-node timeout.
+func TestAcquire_BusyClusterShedsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var clients []redis.UniversalClient
+		for i := range 3 {
+			nd := newTestNode(t, i)
+			require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
+			nd.SlowAcquire(50 * time.Millisecond)
+			o := nd.rc.Options()
+			o.PoolSize = 1 // a backlog limit of 2 calls
+			rc := redis.NewClient(o)
+			t.Cleanup(func() { _ = rc.Close() })
+			clients = append(clients, rc)
+		}
+		rl, err := redlock.New(clients, redlock.WithNodeTimeout(time.Second))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rl.Close()) }()
+		var wg sync.WaitGroup
+		locks := make([]*redlock.Lock, 4)
+		for i := range locks {
+			wg.Go(func() {
+				l, err := rl.TryAcquire(ctx, fmt.Sprintf("job%d", i), time.Minute)
+				assert.NoError(t, err, "job%d", i)
+				locks[i] = l
+			})
+		}
+		wg.Wait()
+		for i, l := range locks {
+			if l == nil {
+				continue
+			}
+			for _, r := range l.Nodes() {
+				assert.NotEqual(t, redlock.OutcomeTimedOut, r.Outcome, "job%d: %v", i, r.Err)
+			}
+			require.NoError(t, l.Release(ctx))
+		}
 	})
 }

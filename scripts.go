@@ -17,15 +17,51 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    []any // "evalsha", hash, len(keys), keys..., args...; never handed out
+	// copies, once forNodes made it, holds every node's copy of cmd in one
+	// allocation: node i's is the i-th run of len(cmd) elements.
+	copies []any
 }
 
 func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
-	cmd = append(cmd, "evalsha", s.Hash(), len(keys))
+	hash, ok := boxedHashes[s]
+	if !ok {
+		hash = s.Hash()
+	}
+	cmd = append(cmd, "evalsha", hash, len(keys))
 	for _, k := range keys {
 		cmd = append(cmd, k)
 	}
 	return &scriptCall{script: s, keys: keys, args: args, cmd: append(cmd, args...)}
+}
+
+// forNodes makes room for the copies of the command that n nodes get, in one
+// allocation instead of one per node, and returns sc. A call made so must
+// be run at most once per node (one vote).
+func (sc *scriptCall) forNodes(n int) *scriptCall {
+	sc.copies = make([]any, n*len(sc.cmd))
+	return sc
+}
+
+// argsFor returns node i's own copy of the command.
+func (sc *scriptCall) argsFor(i int) []any {
+	m := len(sc.cmd)
+	if (i+1)*m > len(sc.copies) {
+		return slices.Clone(sc.cmd)
+	}
+	args := sc.copies[i*m : (i+1)*m : (i+1)*m]
+	copy(args, sc.cmd)
+	return args
+}
+
+// boxedHashes holds the hash of each script sent through scriptCall, boxed
+// once: boxing a string allocates.
+var boxedHashes = map[*redis.Script]any{}
+
+func init() {
+	for _, s := range []*redis.Script{acquireScript, releaseScript, releaseVouchScript, extendScript} {
+		boxedHashes[s] = s.Hash()
+	}
 }
 
 // processor is the part of a go-redis client that runs a prebuilt command.
@@ -42,12 +78,12 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 	if !ok {
 		return sc.script.Run(ctx, n.client, sc.keys, sc.args...)
 	}
-	cmd := redis.NewCmd(ctx, slices.Clone(sc.cmd)...)
+	cmd := redis.NewCmd(ctx, sc.argsFor(n.idx)...)
 	if len(sc.keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
-	_ = p.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix allocates: ask it only about an error.
+	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return sc.script.Eval(ctx, n.client, sc.keys, sc.args...)
 	}
 	return cmd
@@ -93,8 +129,11 @@ end
 // milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
 // bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
 // on, ARGV[6] the client's proposed seed and ARGV[7] that seed + 1 (see
-// below; Lua would print 16-digit numbers in exponent form). It returns {code,
-// counter, epoch state, epoch age in ms}.
+// below; Lua would print 16-digit numbers in exponent form). It returns -1
+// (an integer) when the key is taken; for a grant with the guard off, the
+// counter alone (an integer, 0 with fencing off), which spares the reply an
+// array (five allocations per node in go-redis's reader); for a grant with
+// the guard on, {1, counter, epoch state, epoch age in ms}.
 //
 // With fencing on, a grant increments the key's fencing counter in the same
 // atomic step as the SET NX and returns the new value; a counter that does
@@ -122,7 +161,7 @@ end
 // is always someone else's: taken.
 var acquireScript = redis.NewScript(luaHelpers + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {-1, 0, 0, 0}
+  return -1
 end
 local r = tonumber(ARGV[4])
 local c = 0
@@ -144,7 +183,7 @@ if ARGV[5] == '1' then
 end
 local q = tonumber(ARGV[3])
 if q < 0 then
-  return {1, c, 0, 0}
+  return c -- guard off
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

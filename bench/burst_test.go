@@ -25,8 +25,12 @@ const (
 	burstNodes = 3
 	// memAttempts is how many failed attempts the memory case makes in one
 	// Acquire; the heap is measured after memFrom and after memAttempts.
+	// Until some hundreds of attempts the Go runtime still adds OS threads,
+	// goroutine descriptors and their profiling buffers once (allocm, malg,
+	// allgadd in a heap profile: 20-30 KB, whatever the number of attempts),
+	// so the first reading is taken after that.
 	memAttempts = 3500
-	memFrom     = 100
+	memFrom     = 1000
 )
 
 // dialOurs returns ours over srv with the library's defaults plus opts

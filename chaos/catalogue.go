@@ -18,7 +18,7 @@ const (
 	// thirds of the TTL late. The per-node timeout must exceed the delay and
 	// still leave validity after the drift allowance (the library refuses a
 	// TTL that cannot: 600 − 8 − 500 = 92 ms ≥ 1 ms), and the delay stays
-	// under the connections' read timeout (ClientIOTimeout), which is why
+	// under the connections' read timeout (clientIOTimeout), which is why
 	// the scenario is not stretched by Scaled.
 	delayedTTL         = 600 * time.Millisecond
 	delayedReply       = 400 * time.Millisecond

@@ -49,18 +49,18 @@ const DefaultNodes = 5
 
 // Timeouts of the go-redis clients made by Cluster.Client.
 const (
-	// ClientDialTimeout bounds one dial to a node (through its proxy).
-	ClientDialTimeout = 100 * time.Millisecond
-	// ClientIOTimeout is the read and write timeout of a node connection, a
+	// clientDialTimeout bounds one dial to a node (through its proxy).
+	clientDialTimeout = 100 * time.Millisecond
+	// clientIOTimeout is the read and write timeout of a node connection, a
 	// backstop behind the lock's per-node timeout.
-	ClientIOTimeout = time.Second
-	// ClientPoolSize is the go-redis PoolSize per node and client. A client
+	clientIOTimeout = time.Second
+	// clientPoolSize is the go-redis PoolSize per node and client. A client
 	// opens about one connection per concurrent call, so this is only an
 	// upper bound; it is large because go-redis v9 also uses PoolSize as the
 	// number of failed dials (counted over the pool's life) after which it
 	// stops dialing the node and fails at once for at least a second, which
 	// would keep a restarted node out of reach and slow the chaos runs down.
-	ClientPoolSize = 1000
+	clientPoolSize = 1000
 )
 
 // ClusterOptions configures NewCluster. The zero value is 5 in-process
@@ -119,82 +119,102 @@ func NewCluster(ctx context.Context, opt ClusterOptions) (*Cluster, error) {
 	for i := range clocks {
 		clocks[i] = newNodeClock()
 	}
-	cleanup := func(err error) (*Cluster, error) {
-		errs := []error{err}
-		for _, n := range c.nodes {
-			errs = append(errs, n.proxy.Close(), n.admin.Close())
-		}
-		for _, be := range bes {
-			if be != nil {
-				errs = append(errs, be.close())
-			}
-		}
-		if c.dir != "" {
-			errs = append(errs, os.RemoveAll(c.dir))
-		}
-		return nil, errors.Join(errs...)
-	}
-
 	switch kind {
 	case InProcess:
 		for i := range bes {
 			b, err := newMemBackend(clocks[i])
 			if err != nil {
-				return cleanup(err)
+				return c.abandon(bes, err)
 			}
 			bes[i] = b
 		}
 	case RedisServer:
-		bin := opt.RedisBinary
-		if bin == "" {
-			if bin, err = redisserver.Available(); err != nil {
-				return nil, fmt.Errorf("chaos: redis-server backend: %w", err)
-			}
-		}
-		if c.dir, err = os.MkdirTemp("", "chaos-redis-*"); err != nil {
-			return nil, fmt.Errorf("chaos: data directory: %w", err)
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		for i := range bes {
-			dir := filepath.Join(c.dir, fmt.Sprintf("node%d", i))
-			if err := os.Mkdir(dir, 0o700); err != nil {
-				return cleanup(fmt.Errorf("chaos: data directory: %w", err))
-			}
-			g.Go(func() error {
-				srv, err := redisserver.Start(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence})
-				if err != nil {
-					return fmt.Errorf("chaos: node%d: %w", i, err)
-				}
-				bes[i] = &realBackend{srv: srv, dir: dir, persistence: opt.Persistence, clock: clocks[i]}
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return cleanup(err)
+		if err := c.startServers(ctx, opt, bes, clocks); err != nil {
+			return c.abandon(bes, err)
 		}
 	}
-
 	for i, be := range bes {
-		admin := newAdminClient(be.addr())
-		if rb, ok := be.(*realBackend); ok {
-			rb.admin = admin
+		if err := c.addNode(i, be, clocks[i]); err != nil {
+			return c.abandon(bes, err)
 		}
-		p, err := NewProxy(be.addr())
-		if err != nil {
-			_ = admin.Close()
-			return cleanup(err)
-		}
-		c.nodes = append(c.nodes, &Node{
-			index: i,
-			name:  fmt.Sprintf("node%d", i),
-			kind:  kind,
-			proxy: p,
-			be:    be,
-			clock: clocks[i],
-			admin: admin,
-		})
 	}
 	return c, nil
+}
+
+// startServers starts a redis-server process for each of bes, at once, each
+// with its own data directory under a new temporary directory (c.dir).
+func (c *Cluster) startServers(ctx context.Context, opt ClusterOptions, bes []backend, clocks []*nodeClock) error {
+	bin := opt.RedisBinary
+	if bin == "" {
+		var err error
+		if bin, err = redisserver.Available(); err != nil {
+			return fmt.Errorf("chaos: redis-server backend: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "chaos-redis-*")
+	if err != nil {
+		return fmt.Errorf("chaos: data directory: %w", err)
+	}
+	c.dir = dir
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range bes {
+		dir := filepath.Join(c.dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fmt.Errorf("chaos: data directory: %w", err)
+		}
+		g.Go(func() error {
+			srv, err := redisserver.Start(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence})
+			if err != nil {
+				return fmt.Errorf("chaos: node%d: %w", i, err)
+			}
+			bes[i] = &realBackend{srv: srv, dir: dir, persistence: opt.Persistence, clock: clocks[i]}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// addNode puts node i, served by be, behind its proxy and gives it an admin
+// connection.
+func (c *Cluster) addNode(i int, be backend, clock *nodeClock) error {
+	admin := newAdminClient(be.addr())
+	if rb, ok := be.(*realBackend); ok {
+		rb.admin = admin
+	}
+	p, err := NewProxy(be.addr())
+	if err != nil {
+		_ = admin.Close()
+		return err
+	}
+	c.nodes = append(c.nodes, &Node{
+		index: i,
+		name:  fmt.Sprintf("node%d", i),
+		kind:  c.backend,
+		proxy: p,
+		be:    be,
+		clock: clock,
+		admin: admin,
+	})
+	return nil
+}
+
+// abandon stops what NewCluster started before it failed with err: the
+// nodes' proxies and admin connections, the backends in bes, the data
+// directory. It returns err joined with any error from stopping them.
+func (c *Cluster) abandon(bes []backend, err error) (*Cluster, error) {
+	errs := []error{err}
+	for _, n := range c.nodes {
+		errs = append(errs, n.proxy.Close(), n.admin.Close())
+	}
+	for _, be := range bes {
+		if be != nil {
+			errs = append(errs, be.close())
+		}
+	}
+	if c.dir != "" {
+		errs = append(errs, os.RemoveAll(c.dir))
+	}
+	return nil, errors.Join(errs...)
 }
 
 // Backend returns the kind of the cluster's nodes.
@@ -220,14 +240,14 @@ func (c *Cluster) Addrs() []string {
 // Client returns a redlock client over every node, through the proxies. Its
 // node connections are the ones redlock.Dial makes (no command retries, one
 // dial attempt, context deadlines honoured, as redlock.NewNodeClient) with a
-// ClientDialTimeout dial timeout, ClientIOTimeout read and write timeouts and
-// ClientPoolSize connections per node. Closing the returned client closes
+// 100 ms dial timeout, 1 s read and write timeouts and a pool of up to 1000
+// connections per node (clientDialTimeout, clientIOTimeout, clientPoolSize). Closing the returned client closes
 // those connections; Cluster.Close also closes every client it returned that
 // is still open.
 //
 // go-redis behaviour worth knowing in chaos runs: every new connection
 // starts with a HELLO round trip (so it is delayed or lost like any
-// request), and after ClientPoolSize failed dials to a node the pool fails
+// request), and after PoolSize failed dials to a node the pool fails
 // every dial to that node with the last error until a probe, made once a
 // second, succeeds; that probe goroutine can outlive Close by up to a
 // second.
@@ -238,7 +258,7 @@ func (c *Cluster) Client(opts ...redlock.Option) (*redlock.Client, error) {
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		urls[i] = fmt.Sprintf("redis://%s?dial_timeout=%s&read_timeout=%s&write_timeout=%s&pool_size=%d",
-			n.Addr(), ClientDialTimeout, ClientIOTimeout, ClientIOTimeout, ClientPoolSize)
+			n.Addr(), clientDialTimeout, clientIOTimeout, clientIOTimeout, clientPoolSize)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,13 +285,13 @@ func (c *Cluster) Client(opts ...redlock.Option) (*redlock.Client, error) {
 	return rc, nil
 }
 
-// Keys returns, for every node that is not killed, the keys matching pattern
+// keys returns, for every node that is not killed, the keys matching pattern
 // (Redis glob syntax; "" means "*"), sorted, asking each server directly
 // rather than through its proxy, so network faults do not hide keys. A
 // killed node has no entry; a node without matching keys has an empty one.
 // It returns ErrNodePaused if a node is paused, ErrClosed after Close, or the
 // error of a SCAN (each node's bounded by 2 s).
-func (c *Cluster) Keys(ctx context.Context, pattern string) (map[int][]string, error) {
+func (c *Cluster) keys(ctx context.Context, pattern string) (map[int][]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}

@@ -68,7 +68,7 @@ func TestClusterClientAcquire(t *testing.T) {
 		lock, err := rc.Acquire(ctx, "res", 5*time.Second)
 		mustDo(t, "Acquire", err)
 		// Acquire returns once a majority granted (the others may follow).
-		keys, err := c.Keys(ctx, "res")
+		keys, err := c.keys(ctx, "res")
 		mustDo(t, "Keys", err)
 		held := 0
 		for _, k := range keys {
@@ -80,7 +80,7 @@ func TestClusterClientAcquire(t *testing.T) {
 		mustDo(t, "Release", lock.Release(ctx))
 		// Release returns once a majority answered; the rest follow.
 		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			keys, err = c.Keys(ctx, "res")
+			keys, err = c.keys(ctx, "res")
 			mustDo(t, "Keys", err)
 			left := 0
 			for _, k := range keys {
@@ -161,7 +161,7 @@ func TestClusterFlushAll(t *testing.T) {
 		mustDo(t, "Kill", c.Node(1).Kill())
 		mustDo(t, "FlushAll", c.FlushAll(ctx))
 		mustDo(t, "HealAll", c.HealAll(ctx))
-		keys, err := c.Keys(ctx, "")
+		keys, err := c.keys(ctx, "")
 		mustDo(t, "Keys", err)
 		if len(keys) != 3 {
 			t.Errorf("Keys has %d nodes, want 3", len(keys))
@@ -176,7 +176,7 @@ func TestClusterFlushAll(t *testing.T) {
 		if err := c.FlushAll(ctx); !errors.Is(err, ErrNodePaused) {
 			t.Errorf("FlushAll with a paused node: %v, want ErrNodePaused", err)
 		}
-		if _, err := c.Keys(ctx, "*"); !errors.Is(err, ErrNodePaused) {
+		if _, err := c.keys(ctx, "*"); !errors.Is(err, ErrNodePaused) {
 			t.Errorf("Keys with a paused node: %v, want ErrNodePaused", err)
 		}
 	})
@@ -241,7 +241,7 @@ func TestClusterCloseLeavesNothing(t *testing.T) {
 		if _, err := c.Client(); !errors.Is(err, ErrClosed) {
 			t.Errorf("Client after Close: %v, want ErrClosed", err)
 		}
-		if _, err := c.Keys(tctx(t, time.Second), "*"); !errors.Is(err, ErrClosed) {
+		if _, err := c.keys(tctx(t, time.Second), "*"); !errors.Is(err, ErrClosed) {
 			t.Errorf("Keys after Close: %v, want ErrClosed", err)
 		}
 	})

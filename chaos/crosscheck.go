@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // The cross-check judges the fenced resource's history a second time, with
@@ -65,7 +67,7 @@ const crossCheckTimeout = 10 * time.Second
 func crossCheck(h History, staleFenced int) (note string, err error) {
 	var ops []porcupine.Operation
 	for _, w := range h.Writes {
-		if w.Resource != ResourceFenced {
+		if w.Resource != oracle.ResourceFenced {
 			continue
 		}
 		hold := h.Holds[w.Hold-1]

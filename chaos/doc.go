@@ -1,17 +1,75 @@
 // Package chaos is the fault-injection harness behind `redlock chaos`: it
 // runs Redlock clients against N Redis nodes while it kills, pauses,
 // partitions and restarts the nodes and moves their clocks, and judges the
-// recorded history.
+// recorded history. It is to a Redlock deployment what net/http/httptest is
+// to a handler: NewCluster, then Client or Run, then Close.
 //
-// A Cluster is N nodes (in-process miniredis or real redis-server
-// processes), each behind its own fault-injecting TCP Proxy; faults are verbs
-// on a Node (Kill, Restart, RestartAmnesia, Pause, Partition, JumpClock,
-// SetClockRate, ...). A Scenario is a failure mode as data: a Workload (what
-// the clients do: Acquire, Extend, KeepAlive, Do, with writes to a plain and
-// a fenced resource throughout each hold), a fault schedule, and the verdict
-// a correct lock must get. Run runs it; the Oracle judges each trial (overlaps
-// of holds, stale writes, token order) and porcupine checks the fenced
-// register again. Catalogue lists the built-in scenarios.
+//	cluster, err := chaos.NewCluster(ctx, chaos.ClusterOptions{Nodes: 5})
+//	if err != nil { ... }
+//	defer cluster.Close()
+//	s, _ := chaos.Find("client-pause")
+//	res, err := chaos.Run(ctx, cluster, s, 2, seed, nil)
+//	// res.Observed == res.Expect: the failure mode behaved as documented.
+//
+// # Scenarios
+//
+// A Scenario is a failure mode as data: a Workload (how many clients, the
+// TTL, how long each holds the lock, and how it holds it: Acquire, Extend,
+// KeepAlive, Do or `redlock exec`), a schedule of Faults, and the Verdict a
+// correct lock must get, with the reason (Why). Catalogue lists the built-in
+// scenarios (Find one by name); Scaled stretches one's durations. Run runs a
+// scenario for some trials, each seeded (the same seed replays the same fault
+// schedule) on a healed and emptied cluster, and returns a Result.
+//
+// # Backends
+//
+// A Cluster is N nodes of one Backend: InProcess (miniredis servers in this
+// process, each with its own clock; no set-up, the default) or RedisServer
+// (real redis-server processes on free loopback ports, each verified by pid,
+// stopped by Close). Each node sits behind its own fault-injecting TCP Proxy
+// on 127.0.0.1; Cluster.Client returns a redlock.Client through the proxies.
+//
+// # Faults
+//
+// Faults are verbs on a Node: Kill, Restart (data kept), RestartAmnesia
+// (data lost), Pause, JumpClock, SetClockRate, Partition, DelayRequests,
+// DelayReplies, DropRequests, DropReplies, HealNetwork; Cluster.HealAll
+// undoes them all. A Fault in a scenario names one of them (Action), the
+// nodes it hits (NodeSet: fixed, at random from the trial's seed, the overlap
+// of two quorums, the nodes that granted a given acquisition), when (At, or
+// On an acquisition) and for how long (For). A network fault may be limited
+// to some clients (an asymmetric partition). A fault a backend cannot produce
+// (ErrUnsupported) makes the Result Skipped, never a pass. The proxy delays
+// delivery rather than reads, tells a lost request from a lost reply, and
+// acts on connections already open.
+//
+// # The oracle
+//
+// Every hold writes throughout to two shared resources: a plain one that
+// accepts everything, and a fenced one that is fencing.Guard itself, the
+// guard this repository ships. The oracle sees every client's believed-held
+// interval [acquired, validity deadline], each write and each fault on one
+// process clock, and reports: mutual-exclusion violations (two clients' holds
+// overlapping, counting a paused holder's late write as still holding), stale
+// writes accepted by each resource, and fencing tokens out of holder order.
+// porcupine's linearizability checker judges the fenced writes a second time
+// with code that shares nothing with the oracle; a disagreement is a harness
+// error. A scenario's own checks (availability, extensions, released keys,
+// validity counted from before the first request) add to the verdict.
+//
+// # Reading the output
+//
+// A Result carries the expected and the Observed Verdict: Safe (no overlap
+// and no stale write, even on the plain resource), Unsafe (mutual exclusion
+// was broken: a limit of Redlock the scenario documents, such as a client
+// pause past the TTL or a node that forgot its keys) or Broken (a promise of
+// the library failed: the fenced resource took a stale write, tokens went
+// backwards, a lock was handed out with no validity left; Notes say which).
+// Match and Mismatch compare the two; a scenario expected unsafe gets more
+// trials, up to UnsafeTrialLimit, to show it. Reports holds the oracle's
+// counts per trial, Histories the recorded timelines, which WriteSVG draws:
+// a lane per client with its holds and writes, a lane per node with its
+// faults, violations in red.
 //
 // # Mutants
 //

@@ -87,7 +87,7 @@ func (h *holder) holdExec(ctx context.Context, n int) bool {
 			l = nl
 			h.o.Extended(hold, l.ValidUntil())
 		}
-		h.write(hold, l.Token(), n)
+		h.write(hold, l.Token())
 		t := time.NewTimer(w.writeEvery())
 		select {
 		case <-job.exited:

@@ -34,16 +34,17 @@ type Mutant struct {
 }
 
 // The script texts the script mutants replace. They are the library's
-// scripts as of this commit: when a script changes, Mutant.Check (run by
+// scripts as of this commit: when a script changes, Mutant.check (run by
 // TestMutants_Apply) fails and these must be updated.
 const (
-	ownerCheck    = "if v == ARGV[1] then"
-	noOwner       = "if v then"
-	setNX         = "ARGV[1], 'NX', 'PX'"
-	incrCounter   = "c = redis.call('INCR', KEYS[2])"
-	returnCounter = "return {1, c, "
-	deleteKey     = "redis.call('DEL', KEYS[1])"
-	readOwner     = "local v = redis.call('GET', KEYS[1])"
+	ownerCheck     = "if v == ARGV[1] then"
+	noOwner        = "if v then"
+	setNX          = "ARGV[1], 'NX', 'PX'"
+	incrCounter    = "c = redis.call('INCR', KEYS[2])"
+	returnCounter  = "return {1, c, "        // a grant with the amnesia guard on
+	returnGuardOff = "return c -- guard off" // a grant with the guard off
+	deleteKey      = "redis.call('DEL', KEYS[1])"
+	readOwner      = "local v = redis.call('GET', KEYS[1])"
 )
 
 // Mutants returns the mutant catalogue, in the order `redlock chaos
@@ -81,7 +82,8 @@ func Mutants() []Mutant {
 			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: incrCounter, New: "c = tonumber(redis.call('GET', KEYS[2]) or '1')"}}},
 		{Name: "token-constant", Summary: "every node reports fencing counter 41, so every token is 41",
 			Scenarios: []string{"no-faults"},
-			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "}}},
+			rewrites: []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "},
+				{Script: "acquire", Old: returnGuardOff, New: "return 41"}}},
 		{Name: "lease-ignores-loss", Summary: "the lock-bound context (Do, KeepAlive) is not cancelled when an extension fails or the validity runs out",
 			Scenarios: []string{"asymmetric-partition"}, knobs: &mutation.Knobs{LeaseIgnoresLoss: true}},
 		{Name: "keepalive-never-extends", Summary: "KeepAlive (and Do) never extends the lock",
@@ -91,8 +93,8 @@ func Mutants() []Mutant {
 	}
 }
 
-// FindMutant returns the mutant with the given name.
-func FindMutant(name string) (Mutant, bool) {
+// findMutant returns the mutant with the given name.
+func findMutant(name string) (Mutant, bool) {
 	for _, m := range Mutants() {
 		if m.Name == name {
 			return m, true
@@ -101,10 +103,10 @@ func FindMutant(name string) (Mutant, bool) {
 	return Mutant{}, false
 }
 
-// Check reports an error when one of the mutant's script rewrites no longer
+// check reports an error when one of the mutant's script rewrites no longer
 // applies to the library's scripts (the script changed), or when the mutant
 // changes nothing at all.
-func (m Mutant) Check() error {
+func (m Mutant) check() error {
 	if m.NotCovered != "" {
 		return nil
 	}

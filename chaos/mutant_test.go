@@ -20,7 +20,7 @@ func TestMutants_Apply(t *testing.T) {
 	for _, m := range Mutants() {
 		assert.False(t, names[m.Name], "duplicate mutant %s", m.Name)
 		names[m.Name] = true
-		assert.NoError(t, m.Check(), m.Name)
+		assert.NoError(t, m.check(), m.Name)
 		if m.NotCovered != "" {
 			assert.Empty(t, m.Scenarios, m.Name)
 			continue
@@ -41,10 +41,10 @@ func TestMutants_Apply(t *testing.T) {
 		}
 	}
 	stale := Mutant{Name: "stale", rewrites: []mutation.Rewrite{{Script: "release", Old: "no such text", New: "x"}}}
-	assert.ErrorContains(t, stale.Check(), "no longer contains")
+	assert.ErrorContains(t, stale.check(), "no longer contains")
 	unknown := Mutant{Name: "unknown", rewrites: []mutation.Rewrite{{Script: "no-such-script", Old: "a", New: "b"}}}
-	assert.ErrorContains(t, unknown.Check(), "no library script")
-	assert.Error(t, Mutant{Name: "noop"}.Check())
+	assert.ErrorContains(t, unknown.check(), "no library script")
+	assert.Error(t, Mutant{Name: "noop"}.check())
 }
 
 func scriptSHA(src string) string { return mutation.SHA(src) }

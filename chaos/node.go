@@ -28,9 +28,10 @@ var (
 	// ErrNodeDown is returned by a fault that needs a running server (Pause)
 	// on a node that was killed and not restarted.
 	ErrNodeDown = errors.New("chaos: node is killed")
-	// ErrNodePaused is returned by Cluster.Keys and Cluster.FlushAll when a
-	// node is paused: a command sent to it would wait for the end of the
-	// pause, or run after the call gave up. Call HealAll first.
+	// ErrNodePaused is returned by Cluster.FlushAll (and by the harness's
+	// own key scans) when a node is paused: a command sent to it would wait
+	// for the end of the pause, or run after the call gave up. Call HealAll
+	// first.
 	ErrNodePaused = errors.New("chaos: node is paused")
 	// ErrInvalidFault is returned for a fault with bad arguments: a negative
 	// clock jump, a pause that is not positive, a clock rate that is not a
@@ -39,7 +40,7 @@ var (
 )
 
 // adminTimeout bounds each command the harness itself sends to a node's
-// server (Keys, FlushAll, clock emulation on redis-server).
+// server (reading keys, FlushAll, clock emulation on redis-server).
 const adminTimeout = 2 * time.Second
 
 // rateTick is how often the redis-server backend applies a clock rate above

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -70,25 +71,36 @@ func eachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 	}
 }
 
-// nodeRedis returns a go-redis client to addr with no command retries, one
-// dial attempt and context deadlines honoured, closed at the end of the test.
+// nodeRedis returns a go-redis client to addr with the settings Redlock uses
+// (redlock.NewNodeClient: no command retries, one dial attempt, context
+// deadlines honoured), closed at the end of the test.
 func nodeRedis(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                     addr,
-		Protocol:                 2,
-		DisableIdentity:          true,
-		MaxRetries:               -1,
-		DialerRetries:            1,
-		DialTimeout:              200 * time.Millisecond,
-		ReadTimeout:              2 * time.Second,
-		WriteTimeout:             2 * time.Second,
-		ContextTimeoutEnabled:    true,
-		PoolSize:                 2,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	rdb := redlock.NewNodeClient(addr, func(o *redis.Options) {
+		o.DialTimeout = 200 * time.Millisecond
+		o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second
+		o.PoolSize = 2
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// oneNode starts a one-node cluster with opt (whose Nodes it sets to 1) and
+// returns the node and a client to it; everything is closed at the end of the
+// test.
+func oneNode(t *testing.T, opt ClusterOptions) (*Node, *redis.Client) {
+	t.Helper()
+	opt.Nodes = 1
+	n := newTestCluster(t, opt).Node(0)
+	return n, nodeRedis(t, n.Addr())
+}
+
+// setKey sets key to "v" with ttl (0: no expiry) through rdb, or fails the
+// test.
+func setKey(t *testing.T, rdb *redis.Client, key string, ttl time.Duration) {
+	t.Helper()
+	mustDo(t, "SET "+key, rdb.Set(tctx(t, 2*time.Second), key, "v", ttl).Err())
 }
 
 // tctx returns a context that ends after d or at the end of the test.
@@ -146,7 +158,7 @@ func TestNodeKillRefusesConnections(t *testing.T) {
 		if err := n.Pause(time.Second); !errors.Is(err, ErrNodeDown) {
 			t.Errorf("Pause on a killed node: %v, want ErrNodeDown", err)
 		}
-		keys, err := c.Keys(tctx(t, 2*time.Second), "*")
+		keys, err := c.keys(tctx(t, 2*time.Second), "*")
 		mustDo(t, "Keys", err)
 		if _, ok := keys[0]; ok {
 			t.Errorf("Keys lists the killed node: %v", keys)
@@ -165,11 +177,9 @@ func TestNodeKillRefusesConnections(t *testing.T) {
 
 func TestNodeRestartKeepsData(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1, Persistence: true})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k", "v", 0).Err())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "t", "v", time.Minute).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b, Persistence: true})
+		setKey(t, rdb, "k", 0)
+		setKey(t, rdb, "t", time.Minute)
 
 		mustDo(t, "Restart", n.Restart(tctx(t, 5*time.Second))) // running: kill + start
 		if got := getKey(t, rdb, "k"); got != "v" {
@@ -202,15 +212,13 @@ func TestNodeRestartNeedsPersistence(t *testing.T) {
 func TestNodeRestartAmnesia(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
 		// With persistence on, so the redis-server case shows the wipe.
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1, Persistence: true})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k", "v", 0).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b, Persistence: true})
+		setKey(t, rdb, "k", 0)
 		mustDo(t, "RestartAmnesia", n.RestartAmnesia(tctx(t, 5*time.Second)))
 		if got := getKey(t, rdb, "k"); got != "" {
 			t.Fatalf("after RestartAmnesia GET k = %q, want missing", got)
 		}
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k2", "v", 0).Err())
+		setKey(t, rdb, "k2", 0)
 		// And from the killed state.
 		mustDo(t, "Kill", n.Kill())
 		mustDo(t, "RestartAmnesia", n.RestartAmnesia(tctx(t, 5*time.Second)))
@@ -222,10 +230,8 @@ func TestNodeRestartAmnesia(t *testing.T) {
 
 func TestNodePause(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k", "v", 5*time.Second).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b})
+		setKey(t, rdb, "k", 5*time.Second)
 
 		const pause = 300 * time.Millisecond
 		start := time.Now()
@@ -258,10 +264,8 @@ func TestNodePause(t *testing.T) {
 
 func TestNodeKillEndsPauseAndDropsQueuedCommands(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1, Persistence: true})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "base", "v", 0).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b, Persistence: true})
+		setKey(t, rdb, "base", 0)
 		start := time.Now()
 		mustDo(t, "Pause", n.Pause(10*time.Second))
 		if err := rdb.Set(tctx(t, 150*time.Millisecond), "queued", "1", 0).Err(); !isTimeout(err) {
@@ -283,9 +287,7 @@ func TestNodeKillEndsPauseAndDropsQueuedCommands(t *testing.T) {
 
 func TestNodeJumpClock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b})
 		ctx := tctx(t, 5*time.Second)
 		mustDo(t, "SET", rdb.Set(ctx, "short", "v", 800*time.Millisecond).Err())
 		mustDo(t, "SET", rdb.Set(ctx, "long", "v", 10*time.Second).Err())
@@ -314,10 +316,8 @@ func TestNodeJumpClock(t *testing.T) {
 
 func TestNodeJumpClockWhileKilled(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1, Persistence: true})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k", "v", 3*time.Second).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b, Persistence: true})
+		setKey(t, rdb, "k", 3*time.Second)
 		mustDo(t, "Kill", n.Kill())
 		mustDo(t, "JumpClock", n.JumpClock(5*time.Second))
 		mustDo(t, "Restart", n.Restart(tctx(t, 5*time.Second)))
@@ -329,10 +329,8 @@ func TestNodeJumpClockWhileKilled(t *testing.T) {
 
 func TestNodeSetClockRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b Backend) {
-		c := newTestCluster(t, ClusterOptions{Backend: b, Nodes: 1})
-		n := c.Node(0)
-		rdb := nodeRedis(t, n.Addr())
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "k", "v", 600*time.Millisecond).Err())
+		n, rdb := oneNode(t, ClusterOptions{Backend: b})
+		setKey(t, rdb, "k", 600*time.Millisecond)
 		start := time.Now()
 		mustDo(t, "SetClockRate", n.SetClockRate(3))
 		if n.ClockRate() != 3 {
@@ -367,7 +365,7 @@ func TestNodeSetClockRate(t *testing.T) {
 			return
 		}
 		// In-process a slow clock makes keys live longer.
-		mustDo(t, "SET", rdb.Set(tctx(t, 2*time.Second), "slow", "v", 200*time.Millisecond).Err())
+		setKey(t, rdb, "slow", 200*time.Millisecond)
 		mustDo(t, "SetClockRate(0.5)", n.SetClockRate(0.5))
 		time.Sleep(250 * time.Millisecond)
 		if got := getKey(t, rdb, "slow"); got != "v" {
@@ -377,9 +375,7 @@ func TestNodeSetClockRate(t *testing.T) {
 }
 
 func TestNodeInProcessClockDrivesMiniredis(t *testing.T) {
-	c := newTestCluster(t, ClusterOptions{Nodes: 1})
-	n := c.Node(0)
-	rdb := nodeRedis(t, n.Addr())
+	n, rdb := oneNode(t, ClusterOptions{})
 	mustDo(t, "JumpClock", n.JumpClock(time.Hour))
 	now, err := rdb.Time(tctx(t, 2*time.Second)).Result()
 	mustDo(t, "TIME", err)
@@ -402,7 +398,7 @@ func TestNodeNetworkFaults(t *testing.T) {
 		mustDo(t, "PING", rdb.Ping(tctx(t, 2*time.Second)).Err())
 		keysOn := func(pattern string) []string {
 			t.Helper()
-			keys, err := c.Keys(tctx(t, 2*time.Second), pattern)
+			keys, err := c.keys(tctx(t, 2*time.Second), pattern)
 			mustDo(t, "Keys", err)
 			return keys[0]
 		}

@@ -58,9 +58,9 @@ type Proxy struct {
 	wg sync.WaitGroup // every goroutine the proxy started
 }
 
-// ProxyStats is a snapshot of a Proxy's counters, returned by Proxy.Stats.
+// proxyStats is a snapshot of a Proxy's counters, returned by Proxy.stats.
 // Byte counts are in bytes and cumulative over the proxy's life.
-type ProxyStats struct {
+type proxyStats struct {
 	// Accepted is the number of client connections accepted so far.
 	Accepted int64
 	// Open is the number of proxied connections currently open.
@@ -107,15 +107,6 @@ func (p *Proxy) Target() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.target
-}
-
-// SetTarget makes connections accepted from now on go to target
-// ("host:port"). Connections already open keep their current node; use
-// CloseConns to move them.
-func (p *Proxy) SetTarget(target string) {
-	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
 }
 
 // Down stops listening, so new dials to Addr() are refused (ECONNREFUSED),
@@ -225,13 +216,13 @@ func (p *Proxy) Heal() {
 	p.Hold(false)
 }
 
-// Stats returns a snapshot of the proxy's counters. Bytes still buffered by a
+// stats returns a snapshot of the proxy's counters. Bytes still buffered by a
 // delay or Hold are counted neither as forwarded nor as dropped.
-func (p *Proxy) Stats() ProxyStats {
+func (p *Proxy) stats() proxyStats {
 	p.mu.Lock()
 	open := len(p.conns)
 	p.mu.Unlock()
-	return ProxyStats{
+	return proxyStats{
 		Accepted:            p.accepted.Load(),
 		Open:                open,
 		RequestBytes:        p.reqBytes.Load(),

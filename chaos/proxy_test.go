@@ -15,6 +15,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/d3b93e30/redlock"
 )
 
 // startProxy returns a proxy in front of target, closed at the end of the test.
@@ -32,24 +34,64 @@ func startProxy(t *testing.T, target string) *Proxy {
 	return p
 }
 
-// newClient returns a go-redis client through p with no command retries and
-// one dial attempt, closed at the end of the test.
+// newClient returns a go-redis client through p with the settings Redlock
+// uses (redlock.NewNodeClient: no command retries, one dial attempt),
+// closed at the end of the test.
 func newClient(t *testing.T, p *Proxy) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  p.Addr(),
-		Protocol:              2,
-		DisableIdentity:       true,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
-		PoolSize:              4,
+	rdb := redlock.NewNodeClient(p.Addr(), func(o *redis.Options) {
+		o.DialTimeout = time.Second
+		o.ReadTimeout, o.WriteTimeout = 2*time.Second, 2*time.Second
+		o.PoolSize = 4
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// dialPinged returns a raw connection to addr that has answered one PING.
+func dialPinged(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c := dialRaw(t, addr)
+	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
+		t.Fatalf("PING: %q %v", r, err)
+	}
+	return c
+}
+
+// rawProxiedNode is proxiedNode with a raw connection instead of go-redis.
+func rawProxiedNode(t *testing.T) (*miniredis.Miniredis, *Proxy, *rawConn) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p := startProxy(t, m.Addr())
+	return m, p, dialPinged(t, p.Addr())
+}
+
+// proxiedNode starts a miniredis node behind a proxy and returns them with a
+// go-redis client through the proxy, already connected (one PING), all
+// closed at the end of the test.
+func proxiedNode(t *testing.T) (*miniredis.Miniredis, *Proxy, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p := startProxy(t, m.Addr())
+	rdb := newClient(t, p)
+	ping(t, rdb)
+	return m, p, rdb
+}
+
+// setTakesAtLeast sets k=v through rdb and fails the test unless the call
+// took at least d and the node m then holds the value.
+func setTakesAtLeast(t *testing.T, rdb *redis.Client, m *miniredis.Miniredis, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if el := time.Since(start); el < d {
+		t.Fatalf("SET took %v, want >= %v", el, d)
+	}
+	if v, err := m.Get("k"); err != nil || v != "v" {
+		t.Fatalf("node: k=%q err=%v, want v", v, err)
+	}
 }
 
 // ctxTimeout returns a context that ends after d, cancelled at the end of the test.
@@ -152,10 +194,10 @@ func TestProxyPassThrough(t *testing.T) {
 	// The proxy counts a chunk once its Write returned, which can be just
 	// after the client has read it: wait for the count to catch up.
 	eventually(t, "byte counts", func() bool {
-		st := p.Stats()
+		st := p.stats()
 		return st.RequestBytes >= int64(len(big)) && st.ReplyBytes >= int64(len(big))
 	})
-	st := p.Stats()
+	st := p.stats()
 	if st.Accepted < 1 || st.Open < 1 {
 		t.Errorf("Stats accepted=%d open=%d, want >= 1 each", st.Accepted, st.Open)
 	}
@@ -181,24 +223,12 @@ func TestProxyDelayReplies(t *testing.T) {
 		t.Fatalf("PING took %v, want >= %v", el, delay)
 	}
 
-	start = time.Now()
-	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET: %v", err)
-	}
-	if el := time.Since(start); el < delay {
-		t.Fatalf("SET took %v, want >= %v", el, delay)
-	}
-	if v, err := m.Get("k"); err != nil || v != "v" {
-		t.Fatalf("node: k=%q err=%v, want v", v, err)
-	}
+	setTakesAtLeast(t, rdb, m, delay)
 }
 
 func TestProxyDelayReplyOutlivesClientTimeout(t *testing.T) {
 	// The "delayed replies" failure mode: the SET lands, the client gives up.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DelayReplies(300 * time.Millisecond)
 	err := rdb.Set(ctxTimeout(t, 50*time.Millisecond), "k", "v", 0).Err()
@@ -209,34 +239,17 @@ func TestProxyDelayReplyOutlivesClientTimeout(t *testing.T) {
 }
 
 func TestProxyDelayRequests(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	const delay = 50 * time.Millisecond
 	p.DelayRequests(delay)
-	start := time.Now()
-	if err := rdb.Set(ctxTimeout(t, 2*time.Second), "k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET: %v", err)
-	}
-	if el := time.Since(start); el < delay {
-		t.Fatalf("SET took %v, want >= %v", el, delay)
-	}
-	if v, err := m.Get("k"); err != nil || v != "v" {
-		t.Fatalf("node: k=%q err=%v, want v", v, err)
-	}
+	setTakesAtLeast(t, rdb, m, delay)
 }
 
 func TestProxyDelayDoesNotThrottle(t *testing.T) {
 	// Ten requests written 5 ms apart on one connection under a 200 ms delay:
 	// delivery is pipelined (about 250 ms in all), not serialised (>= 2 s).
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	_, p, c := rawProxiedNode(t)
 
 	const (
 		delay = 200 * time.Millisecond
@@ -265,10 +278,7 @@ func TestProxyDelayDoesNotThrottle(t *testing.T) {
 }
 
 func TestProxyDropReplies(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DropReplies(true)
 	err := rdb.Set(ctxTimeout(t, 150*time.Millisecond), "k", "v", 0).Err()
@@ -277,7 +287,7 @@ func TestProxyDropReplies(t *testing.T) {
 	}
 	// The reply was lost, but the node executed the command.
 	eventually(t, "key set on the node", func() bool { return m.Exists("k") })
-	if st := p.Stats(); st.DroppedReplyBytes == 0 {
+	if st := p.stats(); st.DroppedReplyBytes == 0 {
 		t.Errorf("DroppedReplyBytes = 0, want > 0")
 	}
 
@@ -286,17 +296,14 @@ func TestProxyDropReplies(t *testing.T) {
 }
 
 func TestProxyDropRequests(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DropRequests(true)
 	err := rdb.Set(ctxTimeout(t, 150*time.Millisecond), "k", "v", 0).Err()
 	if err == nil {
 		t.Fatal("SET succeeded with requests dropped, want a timeout")
 	}
-	if st := p.Stats(); st.DroppedRequestBytes == 0 {
+	if st := p.stats(); st.DroppedRequestBytes == 0 {
 		t.Errorf("DroppedRequestBytes = 0, want > 0")
 	}
 
@@ -308,19 +315,14 @@ func TestProxyDropRequests(t *testing.T) {
 }
 
 func TestProxyDropKeepsConnectionOpen(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	m, p, c := rawProxiedNode(t)
 
 	p.DropReplies(true)
 	if err := c.send("SET k v"); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the whole "+OK\r\n" reply has been read and discarded.
-	eventually(t, "reply dropped", func() bool { return p.Stats().DroppedReplyBytes >= 5 })
+	eventually(t, "reply dropped", func() bool { return p.stats().DroppedReplyBytes >= 5 })
 	if !m.Exists("k") {
 		t.Fatal("key not set on the node")
 	}
@@ -335,10 +337,7 @@ func TestProxyDropKeepsConnectionOpen(t *testing.T) {
 }
 
 func TestProxyHold(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.Hold(true)
 	done := make(chan error, 1)
@@ -370,21 +369,16 @@ func TestProxyHold(t *testing.T) {
 func TestProxyHoldReplies(t *testing.T) {
 	// Hold also pauses the node->client direction: a reply the node has
 	// already sent is not delivered until release.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	_, p, c := rawProxiedNode(t)
 
 	// The reply delay leaves time to turn Hold on after the request has
 	// reached the node but before the reply is due.
 	p.DelayReplies(300 * time.Millisecond)
-	before := p.Stats().RequestBytes
+	before := p.stats().RequestBytes
 	if err := c.send("ECHO held"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "request delivered", func() bool { return p.Stats().RequestBytes > before })
+	eventually(t, "request delivered", func() bool { return p.stats().RequestBytes > before })
 	p.Hold(true)
 	p.DelayReplies(0)
 
@@ -410,10 +404,7 @@ func TestProxyHoldLateApply(t *testing.T) {
 	// The "slow or paused node" failure mode: the client gives up and closes
 	// its connection during the hold, yet the held SET still reaches the node
 	// when the link resumes, and only then is the connection closed.
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.Hold(true)
 	if err := rdb.Set(ctxTimeout(t, 50*time.Millisecond), "k", "v", 0).Err(); err == nil {
@@ -462,7 +453,7 @@ func TestProxyDownUp(t *testing.T) {
 	if err := rdb.Ping(ctxTimeout(t, time.Second)).Err(); err == nil {
 		t.Fatal("PING through a down proxy succeeded")
 	}
-	eventually(t, "no open connection", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "no open connection", func() bool { return p.stats().Open == 0 })
 
 	if err := p.Up(); err != nil {
 		t.Fatalf("Up: %v", err)
@@ -489,7 +480,7 @@ func TestProxyCloseConns(t *testing.T) {
 	conn := rdb.Conn()
 	t.Cleanup(func() { _ = conn.Close() })
 	ping(t, conn)
-	accepted := p.Stats().Accepted
+	accepted := p.stats().Accepted
 
 	p.CloseConns()
 	if err := conn.Ping(ctxTimeout(t, time.Second)).Err(); err == nil {
@@ -498,16 +489,13 @@ func TestProxyCloseConns(t *testing.T) {
 	eventually(t, "node side closed", func() bool { return m.CurrentConnectionCount() == 0 })
 
 	ping(t, rdb) // a new connection
-	if got := p.Stats().Accepted; got <= accepted {
+	if got := p.stats().Accepted; got <= accepted {
 		t.Fatalf("Accepted = %d after reconnect, want > %d", got, accepted)
 	}
 }
 
 func TestProxyHeal(t *testing.T) {
-	m := miniredis.RunT(t)
-	p := startProxy(t, m.Addr())
-	rdb := newClient(t, p)
-	ping(t, rdb)
+	m, p, rdb := proxiedNode(t)
 
 	p.DelayRequests(5 * time.Second)
 	p.DelayReplies(5 * time.Second)
@@ -534,58 +522,24 @@ func TestProxyHeal(t *testing.T) {
 	}
 }
 
-func TestProxySetTarget(t *testing.T) {
-	m1 := miniredis.RunT(t)
-	m2 := miniredis.RunT(t)
-	p := startProxy(t, m1.Addr())
-	old := dialRaw(t, p.Addr())
-	if r, err := old.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
-
-	p.SetTarget(m2.Addr())
-	if p.Target() != m2.Addr() {
-		t.Fatalf("Target() = %q, want %q", p.Target(), m2.Addr())
-	}
-	if r, err := old.cmd("SET a 1"); err != nil || r != "+OK" {
-		t.Fatalf("SET on old conn: %q %v", r, err)
-	}
-	fresh := dialRaw(t, p.Addr())
-	if r, err := fresh.cmd("SET b 1"); err != nil || r != "+OK" {
-		t.Fatalf("SET on new conn: %q %v", r, err)
-	}
-	if !m1.Exists("a") || m2.Exists("a") {
-		t.Error("open connection was moved by SetTarget")
-	}
-	if !m2.Exists("b") || m1.Exists("b") {
-		t.Error("new connection did not go to the new target")
-	}
-}
-
 func TestProxyPropagatesClose(t *testing.T) {
 	m := miniredis.RunT(t)
 	addr := m.Addr()
 	p := startProxy(t, addr)
 
 	// Client closes: the node side is closed too.
-	c := dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	c := dialPinged(t, p.Addr())
 	c.Close()
 	eventually(t, "node side closed", func() bool { return m.CurrentConnectionCount() == 0 })
-	eventually(t, "proxy conn gone", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "proxy conn gone", func() bool { return p.stats().Open == 0 })
 
 	// Node goes away: the client side is closed too.
-	c = dialRaw(t, p.Addr())
-	if r, err := c.cmd("PING"); err != nil || r != "+PONG" {
-		t.Fatalf("PING: %q %v", r, err)
-	}
+	c = dialPinged(t, p.Addr())
 	m.Close()
 	if r, err := c.readLine(); err == nil {
 		t.Fatalf("read after node close: %q, want an error", r)
 	}
-	eventually(t, "proxy conn gone", func() bool { return p.Stats().Open == 0 })
+	eventually(t, "proxy conn gone", func() bool { return p.stats().Open == 0 })
 
 	// Target unreachable: the client is accepted, then closed.
 	c = dialRaw(t, p.Addr())
@@ -650,7 +604,7 @@ func TestProxyConcurrentFaults(t *testing.T) {
 			case 6:
 				p.CloseConns()
 			case 7:
-				_ = p.Stats()
+				_ = p.stats()
 				p.Heal()
 			}
 			time.Sleep(time.Millisecond)
@@ -690,7 +644,7 @@ func TestProxyCloseLeavesNoGoroutine(t *testing.T) {
 	if err := held.send("PING"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "3 conns", func() bool { return p.Stats().Open == 3 })
+	eventually(t, "3 conns", func() bool { return p.stats().Open == 3 })
 
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -704,7 +658,7 @@ func TestProxyCloseLeavesNoGoroutine(t *testing.T) {
 	if err := p.Down(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Down after Close: %v, want net.ErrClosed", err)
 	}
-	if st := p.Stats(); st.Open != 0 {
+	if st := p.stats(); st.Open != 0 {
 		t.Fatalf("Open = %d after Close, want 0", st.Open)
 	}
 	for _, c := range []*rawConn{idle, delayed, held} {

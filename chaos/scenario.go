@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/faultlog"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Verdict is a scenario's safety outcome.
@@ -145,6 +147,17 @@ type Scenario struct {
 	NoneBefore time.Duration `json:"none_before,omitempty"`
 }
 
+// Report is the judge's verdict on one trial: acquisitions, overlapping
+// holds (mutual-exclusion violations), stale writes each resource accepted,
+// fencing tokens out of order, acquire latency. Result.Reports has one per
+// trial; the definitions are in the harness's oracle (internal/oracle).
+type Report = oracle.Report
+
+// History is everything one trial recorded (holds, writes, node faults,
+// notes) with the judge's findings filled in, as WriteSVG draws it.
+// Result.Histories has one per trial.
+type History = oracle.History
+
 // Result is the outcome of running one scenario for some trials.
 type Result struct {
 	Scenario     string        `json:"scenario"`
@@ -184,9 +197,9 @@ func (r Result) Mismatch() bool { return r.Skipped == "" && r.Observed != r.Expe
 // asked, up to this many in all, before it reports the scenario safe.
 const UnsafeTrialLimit = 8
 
-// TrialSeed derives the seed of one trial of one scenario from the run's
+// trialSeed derives the seed of one trial of one scenario from the run's
 // seed, so a scenario replays the same schedule whatever else ran.
-func TrialSeed(seed uint64, scenario string, trial int) uint64 {
+func trialSeed(seed uint64, scenario string, trial int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, trial)
 	return h.Sum64()
@@ -198,7 +211,7 @@ func TrialSeed(seed uint64, scenario string, trial int) uint64 {
 // UnsafeTrialLimit in all, and its notes say how many it took. progress, if
 // not nil, is called with a line after each trial. It returns an error only
 // when the harness itself fails (a node cannot be healed, or the porcupine
-// cross-check disagrees with the Oracle: see crossCheck); a fault the
+// cross-check disagrees with the oracle: see the package doc); a fault the
 // backend cannot produce makes the result Skipped.
 //
 // The verdict: Broken if any trial broke a promise of the library; else
@@ -218,7 +231,7 @@ func RunMutant(ctx context.Context, cluster *Cluster, s Scenario, m Mutant, tria
 	if m.NotCovered != "" {
 		return Result{}, fmt.Errorf("chaos: mutant %s cannot run: %s", m.Name, m.NotCovered)
 	}
-	if err := m.Check(); err != nil {
+	if err := m.check(); err != nil {
 		return Result{}, err
 	}
 	return run(ctx, cluster, s, &m, trials, seed, progress)
@@ -250,7 +263,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		if err := cluster.FlushAll(ctx); err != nil {
 			return res, fmt.Errorf("chaos: flush before %s trial %d: %w", s.Name, trial+1, err)
 		}
-		tseed := TrialSeed(seed, s.Name, trial)
+		tseed := trialSeed(seed, s.Name, trial)
 		tr, err := runTrial(ctx, cluster, s, m, tseed)
 		if errors.Is(err, errUnsupported) {
 			res.Skipped = err.Error()
@@ -259,16 +272,8 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		if err != nil {
 			return res, err
 		}
-		res.Trials++
 		rep := tr.report
-		res.Reports = append(res.Reports, rep)
-		res.Histories = append(res.Histories, tr.history)
-		res.Acquisitions += rep.Acquisitions
-		res.Failed += rep.FailedAcquires
-		res.Violations += rep.Violations
-		res.StalePlain += rep.StaleWritesPlain
-		res.StaleFenced += rep.StaleWritesFenced
-		res.TokenOrder += rep.TokenOrderViolations
+		res.addTrial(rep, tr.history)
 		latencies = append(latencies, tr.latencies...)
 		v, notes := judge(s, rep, tr)
 		verdicts[v]++
@@ -301,8 +306,21 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 			res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials", verdicts[Unsafe], res.Trials))
 		}
 	}
-	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
+	res.P50, res.P99 = oracle.Percentile(latencies, 50), oracle.Percentile(latencies, 99)
 	return res, nil
+}
+
+// addTrial adds one trial's report and history to r's totals.
+func (r *Result) addTrial(rep Report, h History) {
+	r.Trials++
+	r.Reports = append(r.Reports, rep)
+	r.Histories = append(r.Histories, h)
+	r.Acquisitions += rep.Acquisitions
+	r.Failed += rep.FailedAcquires
+	r.Violations += rep.Violations
+	r.StalePlain += rep.StaleWritesPlain
+	r.StaleFenced += rep.StaleWritesFenced
+	r.TokenOrder += rep.TokenOrderViolations
 }
 
 // count says "1 violation", "2 violations".
@@ -484,7 +502,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
 		return trialResult{}, err
 	}
-	o := NewOracle()
+	o := oracle.NewOracle()
 	if !s.Workload.NoFencing {
 		o.ExpectTokens()
 	}
@@ -494,62 +512,30 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 
-	// Faults at time zero are in place before any client starts; the rest
-	// run on timers or on workload events.
-	var timed, triggered []Fault
-	for _, f := range s.Faults {
-		switch {
-		case f.On != nil:
-			triggered = append(triggered, f)
-		case f.At == 0:
-			if err := inj.apply(tctx, f, nil); err != nil {
-				inj.stop()
-				return trialResult{}, err
-			}
-		default:
-			timed = append(timed, f)
-		}
+	triggered, err := inj.scheduleFaults(tctx, s.Faults)
+	if err != nil {
+		return trialResult{}, err
 	}
-	for _, f := range timed {
-		inj.schedule(tctx, f.At, func() { inj.applyLogged(tctx, f, nil) })
-	}
-
-	var (
-		mu        sync.Mutex
-		expired   int
-		tooValid  []string
-		validCaps map[int]time.Duration
-	)
-	if s.ElapsedSubtracted {
-		validCaps = s.validityCaps(len(cluster.Nodes()))
-	}
-	onAcquire := func(a Acquisition) {
-		mu.Lock()
-		if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
-			expired++
-		}
-		if limit, ok := validCaps[a.Client]; ok {
-			if v := a.Lock.ValidUntil().Sub(a.Lock.AcquiredAt()); v > limit {
-				tooValid = append(tooValid, fmt.Sprintf("client %d was granted %v of validity, more than TTL − reply delay − drift = %v: the time the acquisition took was not subtracted",
-					a.Client, v.Round(time.Millisecond), limit))
-			}
-		}
-		mu.Unlock()
-		for _, f := range triggered {
-			if f.On.Client == a.Client && f.On.Nth == a.Nth {
-				inj.applyLogged(tctx, f, a.Lock.Nodes())
-			}
-		}
-	}
-	res := Resources{Plain: NewPlainResource(), Fenced: NewFencedResource()}
-	stats := s.Workload.run(tctx, clients, o, res, seed, onAcquire)
+	checks := newHandoutChecks(s, len(cluster.Nodes()))
+	stats := s.Workload.run(tctx, clients, o, newResources(), seed, func(a acquisition) {
+		checks.record(a)
+		inj.trigger(tctx, triggered, a)
+	})
 	cancel()
 	inj.stop()
 	if err := inj.firstErr(); err != nil {
 		return trialResult{}, err
 	}
-	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: expired, nodes: len(cluster.Nodes())}
-	tr.notes = append(tr.notes, tooValid...)
+	return judgeTrial(ctx, cluster, s, o, checks, stats)
+}
+
+// judgeTrial gathers what a finished trial showed: the oracle's report and
+// history, the hand-out checks, extensions of released locks, the keys
+// released locks left behind (KeysReleased), and porcupine's second opinion
+// on the fenced writes.
+func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Oracle, checks *handoutChecks, stats *workloadStats) (trialResult, error) {
+	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: checks.expired, nodes: len(cluster.Nodes())}
+	tr.notes = append(tr.notes, checks.tooValid...)
 	if stats.revived > 0 {
 		tr.notes = append(tr.notes, fmt.Sprintf("%d extensions of a released lock succeeded", stats.revived))
 	}
@@ -578,31 +564,91 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	return tr, nil
 }
 
+// handoutChecks looks at every lock as the workload gets it: one handed out
+// with no validity left is a broken promise, and so, when the scenario checks
+// ElapsedSubtracted, is one with more validity than its client's cap (see
+// validityCaps).
+type handoutChecks struct {
+	caps map[int]time.Duration
+
+	mu       sync.Mutex
+	expired  int
+	tooValid []string
+}
+
+func newHandoutChecks(s Scenario, nodes int) *handoutChecks {
+	c := &handoutChecks{}
+	if s.ElapsedSubtracted {
+		c.caps = s.validityCaps(nodes)
+	}
+	return c
+}
+
+func (c *handoutChecks) record(a acquisition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !a.Lock.AcquiredAt().Before(a.Lock.ValidUntil()) {
+		c.expired++
+	}
+	if limit, ok := c.caps[a.Client]; ok {
+		if v := a.Lock.ValidUntil().Sub(a.Lock.AcquiredAt()); v > limit {
+			c.tooValid = append(c.tooValid, fmt.Sprintf("client %d was granted %v of validity, more than TTL − reply delay − drift = %v: the time the acquisition took was not subtracted",
+				a.Client, v.Round(time.Millisecond), limit))
+		}
+	}
+}
+
 // injector applies faults during one trial and records them in the oracle.
 type injector struct {
 	cluster *Cluster
-	oracle  *Oracle
-	rng     *rand.Rand
+	oracle  *oracle.Oracle
+	log     *faultlog.Log // the schedule, and the bands in force
 
 	// clientProxies[c][n] is client c's own proxy to node n, when the
 	// scenario has per-client faults.
 	clientProxies [][]*Proxy
 
-	mu     sync.Mutex
-	timers []*time.Timer
-	wg     sync.WaitGroup
-	err    error
-	open   map[bandKey]time.Time
+	mu  sync.Mutex
+	rng *rand.Rand
+	err error
 }
 
-func newInjector(cluster *Cluster, o *Oracle, seed uint64) *injector {
-	return &injector{cluster: cluster, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed)), open: map[bandKey]time.Time{}}
+func newInjector(cluster *Cluster, o *oracle.Oracle, seed uint64) *injector {
+	return &injector{cluster: cluster, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
-type bandKey struct {
-	node    int
-	what    string
-	network bool // a proxy fault that HealNetwork clears
+// scheduleFaults puts the faults at time zero in place before any client
+// starts, and the timed ones on timers; it returns the faults triggered by
+// workload events, for trigger. If a fault at time zero fails, it stops the
+// injector and returns the error.
+func (inj *injector) scheduleFaults(ctx context.Context, faults []Fault) (triggered []Fault, err error) {
+	var timed []Fault
+	for _, f := range faults {
+		switch {
+		case f.On != nil:
+			triggered = append(triggered, f)
+		case f.At == 0:
+			if err := inj.apply(ctx, f, nil); err != nil {
+				inj.stop()
+				return nil, err
+			}
+		default:
+			timed = append(timed, f)
+		}
+	}
+	for _, f := range timed {
+		inj.schedule(ctx, f.At, func() { inj.applyLogged(ctx, f, nil) })
+	}
+	return triggered, nil
+}
+
+// trigger applies the faults among triggered that fire on acquisition a.
+func (inj *injector) trigger(ctx context.Context, triggered []Fault, a acquisition) {
+	for _, f := range triggered {
+		if f.On.Client == a.Client && f.On.Nth == a.Nth {
+			inj.applyLogged(ctx, f, a.Lock.Nodes())
+		}
+	}
 }
 
 func (inj *injector) firstErr() error {
@@ -622,15 +668,7 @@ func (inj *injector) fail(err error) {
 // schedule runs fn after d unless the trial ended first; stop cancels it or
 // waits for it.
 func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	inj.wg.Add(1)
-	inj.timers = append(inj.timers, time.AfterFunc(d, func() {
-		defer inj.wg.Done()
-		if ctx.Err() == nil {
-			fn()
-		}
-	}))
+	inj.log.After(ctx, d, fn)
 }
 
 func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock.NodeResult) {
@@ -641,24 +679,7 @@ func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock
 
 // stop cancels pending timers, waits for running ones, and closes the
 // fault bands still open.
-func (inj *injector) stop() {
-	inj.mu.Lock()
-	for _, t := range inj.timers {
-		if t.Stop() {
-			inj.wg.Done()
-		}
-	}
-	inj.timers = nil
-	inj.mu.Unlock()
-	inj.wg.Wait()
-	now := time.Now()
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for k, from := range inj.open {
-		inj.oracle.Fault(k.node, k.what, from, now)
-	}
-	clear(inj.open)
-}
+func (inj *injector) stop() { inj.log.Stop() }
 
 // pick resolves a NodeSet to node indices.
 func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
@@ -711,91 +732,104 @@ func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeR
 		if i < 0 || i >= len(inj.cluster.Nodes()) {
 			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, len(inj.cluster.Nodes()))
 		}
-		if len(f.Clients) > 0 {
-			if err := inj.applyToClients(ctx, f, i); err != nil {
-				return err
-			}
-			continue
-		}
-		node := inj.cluster.Node(i)
-		now := time.Now()
-		label := string(f.Action)
 		var err error
-		band := true // the fault lasts until undone or the trial ends
-		switch f.Action {
-		case Kill:
-			err = node.Kill()
-			label = "killed"
-		case Restart:
-			err = node.Restart(ctx)
-			if errors.Is(err, ErrNeedsPersistence) {
-				// Without persistence a real server cannot come back with
-				// its data; for reviving a killed node that is the same.
-				err = node.RestartAmnesia(ctx)
-			}
-			inj.closeBand(i, "killed", now)
-			band = false
-		case Amnesia:
-			err = node.RestartAmnesia(ctx)
-			inj.closeBand(i, "killed", now)
-			label, band = "amnesia", false
-		case PauseNode:
-			err = node.Pause(f.Amount)
-			label = "paused"
-			inj.oracle.Fault(i, label, now, now.Add(f.Amount))
-			band = false
-		case DelayRequests, DelayReplies, DropRequests, DropReplies:
-			label = applyTraffic(node, f)
-		case Partition:
-			node.Partition(true)
-			label = "partitioned"
-		case HealNetworkAct:
-			node.HealNetwork()
-			inj.closeNetworkBands(i, now)
-			band = false
-		case JumpClock:
-			err = node.JumpClock(f.Amount)
-			label, band = "clock +"+f.Amount.String(), false
-		case ClockRate:
-			err = node.SetClockRate(f.Rate)
-			label = fmt.Sprintf("clock ×%g", f.Rate)
-		default:
-			return fmt.Errorf("chaos: unknown fault action %q", f.Action)
+		if len(f.Clients) > 0 {
+			err = inj.applyToClients(ctx, f, i)
+		} else {
+			err = inj.applyToNode(ctx, f, i)
 		}
 		if err != nil {
-			if errors.Is(err, ErrUnsupported) {
-				return fmt.Errorf("%w: %s on node %d: %v", errUnsupported, f.Action, i, err)
-			}
-			return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
-		}
-		if band {
-			network := f.Action != Kill && f.Action != ClockRate
-			inj.mu.Lock()
-			inj.open[bandKey{i, label, network}] = now
-			inj.mu.Unlock()
-		} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
-			inj.oracle.Fault(i, label, now, now)
-		}
-		if f.For > 0 && band {
-			undo := f
-			undo.For = 0
-			switch f.Action {
-			case Kill:
-				undo.Action = Restart
-			case ClockRate:
-				undo.Rate = 1
-			default:
-				undo.Action = HealNetworkAct
-			}
-			undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
-			lbl := label
-			inj.schedule(ctx, f.For, func() {
-				inj.closeBand(i, lbl, time.Now())
-				inj.applyLogged(ctx, undo, nil)
-			})
+			return err
 		}
 	}
 	return nil
+}
+
+// applyToNode applies f to node i now, records it in the oracle, and
+// schedules its undoing after f.For.
+func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
+	node := inj.cluster.Node(i)
+	now := time.Now()
+	label := string(f.Action)
+	var err error
+	band := true // the fault lasts until undone or the trial ends
+	switch f.Action {
+	case Kill:
+		err = node.Kill()
+		label = "killed"
+	case Restart:
+		err = node.Restart(ctx)
+		if errors.Is(err, ErrNeedsPersistence) {
+			// Without persistence a real server cannot come back with
+			// its data; for reviving a killed node that is the same.
+			err = node.RestartAmnesia(ctx)
+		}
+		inj.closeBand(i, "killed", now)
+		band = false
+	case Amnesia:
+		err = node.RestartAmnesia(ctx)
+		inj.closeBand(i, "killed", now)
+		label, band = "amnesia", false
+	case PauseNode:
+		err = node.Pause(f.Amount)
+		label = "paused"
+		inj.oracle.Fault(i, label, now, now.Add(f.Amount))
+		band = false
+	case DelayRequests, DelayReplies, DropRequests, DropReplies:
+		label = applyTraffic(node, f)
+	case Partition:
+		node.Partition(true)
+		label = "partitioned"
+	case HealNetworkAct:
+		node.HealNetwork()
+		inj.closeNetworkBands(i, now)
+		band = false
+	case JumpClock:
+		err = node.JumpClock(f.Amount)
+		label, band = "clock +"+f.Amount.String(), false
+	case ClockRate:
+		err = node.SetClockRate(f.Rate)
+		label = fmt.Sprintf("clock ×%g", f.Rate)
+	default:
+		return fmt.Errorf("chaos: unknown fault action %q", f.Action)
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			return fmt.Errorf("%w: %s on node %d: %v", errUnsupported, f.Action, i, err)
+		}
+		return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
+	}
+	if band {
+		network := f.Action != Kill && f.Action != ClockRate
+		inj.log.Open(faultlog.Band{Node: i, What: label, Network: network}, now)
+	} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
+		inj.oracle.Fault(i, label, now, now)
+	}
+	if f.For > 0 && band {
+		inj.scheduleUndo(ctx, f, i, label)
+	}
+	return nil
+}
+
+// scheduleUndo undoes f on node i after f.For, closing its band labelled
+// label: a killed node is restarted (with its data where it can be), a clock
+// rate goes back to 1, a network fault is healed.
+func (inj *injector) scheduleUndo(ctx context.Context, f Fault, i int, label string) {
+	undo := f
+	undo.For = 0
+	switch f.Action {
+	case Kill:
+		undo.Action = Restart
+	case ClockRate:
+		undo.Rate = 1
+	default:
+		undo.Action = HealNetworkAct
+	}
+	undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
+	inj.schedule(ctx, f.For, func() {
+		inj.closeBand(i, label, time.Now())
+		inj.applyLogged(ctx, undo, nil)
+	})
 }
 
 // trafficTarget is what a traffic fault acts on: a node (its proxy, for
@@ -851,9 +885,7 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 			return fmt.Errorf("chaos: fault %s cannot be limited to some clients (only network faults can)", f.Action)
 		}
 		label = fmt.Sprintf("%s for client %d", label, c)
-		inj.mu.Lock()
-		inj.open[bandKey{i, label, true}] = now
-		inj.mu.Unlock()
+		inj.log.Open(faultlog.Band{Node: i, What: label, Network: true}, now)
 		if f.For > 0 {
 			lbl := label
 			inj.schedule(ctx, f.For, func() {
@@ -868,21 +900,10 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 // closeNetworkBands closes node's open network-fault bands (HealNetwork
 // clears them all at once).
 func (inj *injector) closeNetworkBands(node int, at time.Time) {
-	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.network })
+	inj.log.Close(at, func(b faultlog.Band) bool { return b.Node == node && b.Network })
 }
 
 // closeBand closes node's open band labelled what.
 func (inj *injector) closeBand(node int, what string, at time.Time) {
-	inj.closeBands(at, func(k bandKey) bool { return k.node == node && k.what == what })
-}
-
-func (inj *injector) closeBands(at time.Time, match func(bandKey) bool) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for k, from := range inj.open {
-		if match(k) {
-			inj.oracle.Fault(k.node, k.what, from, at)
-			delete(inj.open, k)
-		}
-	}
+	inj.log.Close(at, func(b faultlog.Band) bool { return b.Node == node && b.What == what })
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/oracle"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -24,9 +25,7 @@ const testTimeScale = 3
 // figures the verdicts rest on.
 func runCatalogue(t *testing.T, backend Backend) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Backend: backend, Nodes: 5})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, cluster.Close()) }()
+	cluster := newTestCluster(t, ClusterOptions{Backend: backend, Nodes: 5})
 
 	for _, s := range Catalogue() {
 		s = s.Scaled(testTimeScale)
@@ -59,19 +58,18 @@ func TestCatalogue_InProcess(t *testing.T) {
 	runCatalogue(t, InProcess)
 }
 
+// newTestCluster's clean-up then checks that Close left no redis-server
+// process running.
 func TestCatalogue_RedisServer(t *testing.T) {
 	redisserver.Require(t)
 	runCatalogue(t, RedisServer)
-	assert.Empty(t, redisserver.LivePids(), "redis-server processes left running")
 }
 
 // The client-pause scenario is Kleppmann's: the stale holder's write is
 // accepted by the plain resource and rejected by the fenced one.
 func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	s, ok := Find("client-pause")
 	require.True(t, ok)
 	s = s.Scaled(testTimeScale)
@@ -88,16 +86,13 @@ func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
 // The same seed gives the same schedule of faults: which nodes a random
 // fault picks.
 func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
-	assert.Equal(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 0))
-	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(42, "minority-killed", 1))
-	assert.NotEqual(t, TrialSeed(42, "minority-killed", 0), TrialSeed(43, "minority-killed", 0))
+	assert.Equal(t, trialSeed(42, "minority-killed", 0), trialSeed(42, "minority-killed", 0))
+	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(42, "minority-killed", 1))
+	assert.NotEqual(t, trialSeed(42, "minority-killed", 0), trialSeed(43, "minority-killed", 0))
 
-	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	picks := func(seed uint64) [][]int {
-		inj := newInjector(cluster, NewOracle(), seed)
+		inj := newInjector(cluster, oracle.NewOracle(), seed)
 		var out [][]int
 		for range 5 {
 			out = append(out, inj.pick(NodeSet{Pick: PickRandomMinority}, nil))
@@ -111,9 +106,7 @@ func TestTrialSeed_SameSeedSameSchedule(t *testing.T) {
 // A fault scheduled at a time is applied then, and recorded as a band.
 func TestRun_TimedFaultIsApplied(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "timed-kill", Expect: Safe, Duration: 300 * time.Millisecond,
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
@@ -122,7 +115,7 @@ func TestRun_TimedFaultIsApplied(t *testing.T) {
 	res, err := Run(ctx, cluster, s, 1, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, res.Histories, 1)
-	var killed []FaultRecord
+	var killed []oracle.FaultRecord
 	for _, f := range res.Histories[0].Faults {
 		if f.Node == 1 && f.What == "killed" {
 			killed = append(killed, f)
@@ -139,7 +132,7 @@ func TestPick_OverlapOfTwoQuorums(t *testing.T) {
 	for n := 3; n <= 7; n++ {
 		cluster, err := NewCluster(ctx, ClusterOptions{Nodes: n})
 		require.NoError(t, err)
-		inj := newInjector(cluster, NewOracle(), 1)
+		inj := newInjector(cluster, oracle.NewOracle(), 1)
 		q := n/2 + 1
 		overlap := inj.pick(NodeSet{Pick: PickOverlap}, nil)
 		tail := inj.pick(NodeSet{Pick: PickMinorityTail}, nil)
@@ -157,9 +150,7 @@ func TestPick_OverlapOfTwoQuorums(t *testing.T) {
 // counts. Skipped is neither a match nor a mismatch.
 func TestRun_ExpectedUnsafeRunsMoreTrials(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "quiet", Expect: Unsafe, Duration: 30 * time.Millisecond,
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
@@ -184,9 +175,7 @@ func TestRun_ExpectedUnsafeRunsMoreTrials(t *testing.T) {
 // scenarios fault that overlap, so their expected verdicts hold (N=4).
 func TestCatalogue_EvenNodes(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 4})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 4})
 	for _, name := range []string{"clock-jump", "amnesia-unguarded", "amnesia-guarded"} {
 		s, ok := Find(name)
 		require.True(t, ok)
@@ -203,12 +192,10 @@ func TestCatalogue_EvenNodes(t *testing.T) {
 // so, and the holder still writes after the rival acquired (an overlap).
 func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 5})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, cluster.Close()) }()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	s, ok := Find("delayed-replies")
 	require.True(t, ok)
-	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under ClientIOTimeout")
+	require.Equal(t, s, s.Scaled(testTimeScale), "the delay must stay under clientIOTimeout")
 	caps := s.validityCaps(5)
 	require.Len(t, caps, 1)
 	assert.Equal(t, delayedTTL-delayedReply-redlock.Drift(delayedTTL, redlock.DefaultDriftFactor), caps[0])
@@ -219,7 +206,7 @@ func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	assert.Equal(t, 2, res.Acquisitions, "the holder and then the rival")
 	assert.Zero(t, res.Violations)
 
-	m, ok := FindMutant("no-elapsed")
+	m, ok := findMutant("no-elapsed")
 	require.True(t, ok)
 	res, err = RunMutant(ctx, cluster, s, m, 3, 3, nil)
 	require.NoError(t, err)
@@ -257,9 +244,7 @@ func TestScenario_ValidityCaps(t *testing.T) {
 // client stops at the first refusal instead of spinning through the trial.
 func TestScenario_RefusedSettingsAreReported(t *testing.T) {
 	ctx := context.Background()
-	cluster, err := NewCluster(ctx, ClusterOptions{Nodes: 3})
-	require.NoError(t, err)
-	defer cluster.Close()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
 	s := Scenario{
 		Name: "refused", Expect: Safe, Duration: 200 * time.Millisecond, Availability: Unavailable,
 		Workload: Workload{Clients: 2, TTL: 100 * time.Millisecond, NodeTimeout: 100 * time.Millisecond, Hold: time.Millisecond},

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Layout of the timeline picture, in SVG user units (pixels at 100%).
@@ -44,14 +46,14 @@ const (
 // 1200 px wide; its height grows with the number of lanes. title is the
 // heading (escaped; may be empty).
 //
-// The x axis is time since Oracle.Start in milliseconds, from 0 to h.End (at
-// least 1 ms; events before 0 are clamped to the left edge). Each client in
-// h.Clients gets a lane showing its believed-held intervals as solid bars
-// labelled with the fencing token when it fits (hover titles carry the
-// details), the part of an acted interval after validity as a hatched bar,
-// writes as small marks (circle above the bar for any resource but
-// ResourceFenced, diamond below it for ResourceFenced; green accepted, grey
-// rejected, red ring when accepted and stale) and failed Acquire calls as
+// The x axis is time since the trial's start (h.Start) in milliseconds, from
+// 0 to h.End (at least 1 ms; events before 0 are clamped to the left edge).
+// Each client in h.Clients gets a lane showing its believed-held intervals as
+// solid bars labelled with the fencing token when it fits (hover titles carry
+// the details), the part of an acted interval after validity as a hatched
+// bar, writes as small marks (circle above the bar for the plain resource,
+// diamond below it for the fenced one; green accepted, grey rejected, red
+// ring when accepted and stale) and failed Acquire calls as
 // orange crosses. Each node in h.Nodes gets a lane at the bottom with its
 // fault bands, labelled with their description (overlapping bands are
 // stacked). Mutual-exclusion violations are drawn in red over the overlapping
@@ -105,90 +107,151 @@ func svgTextWidth(s string, px float64) float64 {
 	return float64(len([]rune(s))) * svgCharW * px / 10
 }
 
-// svgRender writes the whole document for h to b.
+// svgRender writes the whole document for h to b: it lays the picture out,
+// then draws it back to front, each layer over the ones before.
 func svgRender(b *bytes.Buffer, title string, h *History) {
-	end := max(h.End, time.Millisecond)
-	sc := svgScale{t0: 0, t1: end, x0: svgLeft, x1: svgWidth - svgRight}
+	l := svgLayOut(h)
+	l.header(b, title, h)
+	l.lanes(b, h)
+	l.grid(b)
+	l.faults(b, h)
+	l.holds(b, h)
+	l.violations(b, h) // over the bars but under the marks
+	l.tokens(b, h)     // above the violation shading
+	l.failures(b, h)
+	l.writes(b, h)
+	l.notes(b)
+	l.legend(b)
+	b.WriteString("</svg>\n")
+}
 
-	// Notes: one label row each, chosen so labels do not collide.
-	notes := slices.Clone(h.Notes)
-	slices.SortStableFunc(notes, func(a, b NoteRecord) int { return cmp.Compare(a.At, b.At) })
-	ns, ne := make([]float64, len(notes)), make([]float64, len(notes))
-	for i, n := range notes {
-		ns[i] = sc.x(n.At)
+// svgBand is a node's fault band and the row it is stacked in.
+type svgBand struct {
+	f   oracle.FaultRecord
+	row int
+}
+
+// svgLayout is where everything goes: the time scale, the rows that keep
+// labels apart, and the vertical position of every lane and axis.
+type svgLayout struct {
+	end time.Duration // the right edge (at least 1 ms)
+	sc  svgScale
+
+	notesSorted []oracle.NoteRecord // by time
+	noteRows    []int               // label row of notesSorted[i]
+	nodeBands   map[int][]svgBand
+	nodeRows    map[int]int // rows of stacked bands in a node's lane
+
+	y, summaryY, notesTop, topAxisY float64 // title, summary, note labels, top ticks
+	lanesTop, nodesTop, lanesBottom float64
+	axisY, axisTitleY, legendTop    float64 // bottom ticks, axis title, legend
+	clientY, nodeY                  map[int]float64
+	legendItems                     []svgLegendItem
+	height                          float64
+}
+
+// svgLayOut places every part of the picture of h.
+func svgLayOut(h *History) *svgLayout {
+	l := &svgLayout{end: max(h.End, time.Millisecond)}
+	l.sc = svgScale{t0: 0, t1: l.end, x0: svgLeft, x1: svgWidth - svgRight}
+	nNoteRows := l.layOutNotes(h)
+	l.layOutFaults(h)
+
+	l.y = 30.0 // title baseline
+	l.summaryY = l.y + 18
+	l.notesTop = l.summaryY + 10
+	l.topAxisY = l.notesTop + float64(nNoteRows)*svgNoteRow + 14 // tick label baseline
+	l.lanesTop = l.topAxisY + 6
+	l.clientY = map[int]float64{}
+	cy := l.lanesTop
+	for _, c := range h.Clients {
+		l.clientY[c] = cy
+		cy += svgClientLane
+	}
+	l.nodesTop = cy
+	if len(h.Nodes) > 0 {
+		l.nodesTop += 10
+	}
+	l.nodeY = map[int]float64{}
+	ny := l.nodesTop
+	for _, n := range h.Nodes {
+		l.nodeY[n] = ny
+		ny += float64(l.nodeRows[n])*svgNodeRow + 6
+	}
+	l.lanesBottom = ny
+	l.axisY = l.lanesBottom + 16 // bottom tick labels baseline
+	l.axisTitleY = l.axisY + 16
+	l.legendTop = l.axisTitleY + 14
+
+	l.legendItems = svgLegendItems()
+	lrows := 1
+	l.eachLegendItem(func(svgLegendItem, float64, float64) {}, func() { lrows++ })
+	l.height = l.legendTop + float64(lrows)*svgLegendRow + 10
+	return l
+}
+
+// layOutNotes gives each note a label row, chosen so labels do not collide,
+// and returns how many rows there are.
+func (l *svgLayout) layOutNotes(h *History) int {
+	l.notesSorted = slices.Clone(h.Notes)
+	slices.SortStableFunc(l.notesSorted, func(a, b oracle.NoteRecord) int { return cmp.Compare(a.At, b.At) })
+	ns, ne := make([]float64, len(l.notesSorted)), make([]float64, len(l.notesSorted))
+	for i, n := range l.notesSorted {
+		ns[i] = l.sc.x(n.At)
 		ne[i] = ns[i] + svgTextWidth(n.Text, 10) + 8
 	}
-	noteRows, nNoteRows := svgAssignRows(ns, ne)
+	rows, n := svgAssignRows(ns, ne)
+	l.noteRows = rows
+	return n
+}
 
-	// Faults per node.
-	type band struct {
-		f   FaultRecord
-		row int
-	}
-	nodeBands := map[int][]band{}
-	nodeRows := map[int]int{}
+// layOutFaults stacks each node's fault bands in rows, so that overlapping
+// bands and their labels do not collide.
+func (l *svgLayout) layOutFaults(h *History) {
+	l.nodeBands, l.nodeRows = map[int][]svgBand{}, map[int]int{}
 	for _, node := range h.Nodes {
-		var fs []FaultRecord
+		var fs []oracle.FaultRecord
 		for _, f := range h.Faults {
 			if f.Node == node {
 				fs = append(fs, f)
 			}
 		}
-		slices.SortStableFunc(fs, func(a, b FaultRecord) int { return cmp.Compare(a.From, b.From) })
+		slices.SortStableFunc(fs, func(a, b oracle.FaultRecord) int { return cmp.Compare(a.From, b.From) })
 		st, en := make([]float64, len(fs)), make([]float64, len(fs))
 		for i, f := range fs {
-			st[i] = sc.x(f.From)
-			en[i] = max(sc.x(f.To), st[i]+2, st[i]+svgTextWidth(f.What, 10)+8)
+			st[i] = l.sc.x(f.From)
+			en[i] = max(l.sc.x(f.To), st[i]+2, st[i]+svgTextWidth(f.What, 10)+8)
 		}
 		rows, n := svgAssignRows(st, en)
 		for i, f := range fs {
-			nodeBands[node] = append(nodeBands[node], band{f, rows[i]})
+			l.nodeBands[node] = append(l.nodeBands[node], svgBand{f, rows[i]})
 		}
-		nodeRows[node] = max(n, 1)
+		l.nodeRows[node] = max(n, 1)
 	}
+}
 
-	// Vertical layout.
-	y := 30.0 // title baseline
-	summaryY := y + 18
-	notesTop := summaryY + 10
-	topAxisY := notesTop + float64(nNoteRows)*svgNoteRow + 14 // tick label baseline
-	lanesTop := topAxisY + 6
-	clientY := map[int]float64{}
-	cy := lanesTop
-	for _, c := range h.Clients {
-		clientY[c] = cy
-		cy += svgClientLane
-	}
-	nodesTop := cy
-	if len(h.Nodes) > 0 {
-		nodesTop += 10
-	}
-	nodeY := map[int]float64{}
-	ny := nodesTop
-	for _, n := range h.Nodes {
-		nodeY[n] = ny
-		ny += float64(nodeRows[n])*svgNodeRow + 6
-	}
-	lanesBottom := ny
-	axisY := lanesBottom + 16 // bottom tick labels baseline
-	axisTitleY := axisY + 16
-	legendTop := axisTitleY + 14
-
-	legend := svgLegendItems()
-	lx, lrows := svgLeft, 1
-	for _, it := range legend {
+// eachLegendItem walks the legend left to right, wrapping to a new row
+// (newRow is called) when an item would pass the right margin, and calls
+// item with each item's position.
+func (l *svgLayout) eachLegendItem(item func(it svgLegendItem, x, y float64), newRow func()) {
+	lx, ly := svgLeft, l.legendTop
+	for _, it := range l.legendItems {
 		wd := 26 + svgTextWidth(it.label, 11) + 18
 		if lx+wd > svgWidth-svgRight && lx > svgLeft {
-			lx, lrows = svgLeft, lrows+1
+			lx, ly = svgLeft, ly+svgLegendRow
+			newRow()
 		}
+		item(it, lx, ly)
 		lx += wd
 	}
-	height := legendTop + float64(lrows)*svgLegendRow + 10
+}
 
-	// Header and definitions.
+// header writes the document's opening, its definitions, the background,
+// the title and the summary line.
+func (l *svgLayout) header(b *bytes.Buffer, title string, h *History) {
 	fmt.Fprintf(b, `<?xml version="1.0" encoding="UTF-8" standalone="no"?>
 <svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">
-`, svgWidth, height, svgWidth, height)
+`, svgWidth, l.height, svgWidth, l.height)
 	fmt.Fprintf(b, "<title>%s</title>\n", svgEsc(title))
 	fmt.Fprintf(b, `<defs>
 <pattern id="acted" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)">
@@ -196,59 +259,66 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 </pattern>
 </defs>
 `, svgColBar)
-	fmt.Fprintf(b, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", svgWidth, height)
+	fmt.Fprintf(b, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", svgWidth, l.height)
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold" fill="%s">%s</text>`+"\n", svgLeft, l.y, svgColText, svgEsc(title))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="12" fill="%s">%s</text>`+"\n", svgLeft, l.summaryY, svgColText, svgEsc(svgSummary(h)))
+}
 
-	// Title and summary.
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold" fill="%s">%s</text>`+"\n", svgLeft, y, svgColText, svgEsc(title))
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="12" fill="%s">%s</text>`+"\n", svgLeft, summaryY, svgColText, svgEsc(svgSummary(h)))
-
-	// Lane backgrounds and labels.
+// lanes writes the lane backgrounds and labels: clients, then nodes.
+func (l *svgLayout) lanes(b *bytes.Buffer, h *History) {
 	for i, c := range h.Clients {
 		fill := "#ffffff"
 		if i%2 == 0 {
 			fill = "#f4f6f9"
 		}
-		ly := clientY[c]
+		ly := l.clientY[c]
 		fmt.Fprintf(b, `<rect x="0" y="%.1f" width="%.0f" height="%.1f" fill="%s"/>`+"\n", ly, svgWidth, svgClientLane, fill)
 		fmt.Fprintf(b, `<text class="lane-label" x="%.1f" y="%.1f" text-anchor="end" font-size="12" fill="%s">client %d</text>`+"\n",
 			svgLeft-10, ly+svgClientLane/2+4, svgColText, c)
 	}
 	if len(h.Nodes) > 0 {
-		fmt.Fprintf(b, `<line x1="0" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#bbbbbb" stroke-width="1"/>`+"\n", nodesTop-5, svgWidth, nodesTop-5)
+		fmt.Fprintf(b, `<line x1="0" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#bbbbbb" stroke-width="1"/>`+"\n", l.nodesTop-5, svgWidth, l.nodesTop-5)
 	}
 	for i, n := range h.Nodes {
 		fill := "#ffffff"
 		if i%2 == 0 {
 			fill = "#f7f5f0"
 		}
-		ly := nodeY[n]
-		lh := float64(nodeRows[n])*svgNodeRow + 6
+		ly := l.nodeY[n]
+		lh := float64(l.nodeRows[n])*svgNodeRow + 6
 		fmt.Fprintf(b, `<rect x="0" y="%.1f" width="%.0f" height="%.1f" fill="%s"/>`+"\n", ly, svgWidth, lh, fill)
 		fmt.Fprintf(b, `<text class="lane-label" x="%.1f" y="%.1f" text-anchor="end" font-size="12" fill="%s">node %d</text>`+"\n",
 			svgLeft-10, ly+lh/2+4, svgColText, n)
 	}
+}
 
-	// Grid and axes.
-	step := svgNiceStep(end)
+// grid writes the vertical grid lines, the tick labels above and below the
+// lanes, and the axis title.
+func (l *svgLayout) grid(b *bytes.Buffer) {
+	sc := l.sc
+	step := svgNiceStep(l.end)
 	b.WriteString(`<g font-size="10" fill="#555555">` + "\n")
-	for t := time.Duration(0); t <= end; t += step {
+	for t := time.Duration(0); t <= l.end; t += step {
 		x := sc.x(t)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1"/>`+"\n", x, lanesTop, x, lanesBottom, svgColGrid)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1"/>`+"\n", x, l.lanesTop, x, l.lanesBottom, svgColGrid)
 		lbl := svgFmtMS(t)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, topAxisY, lbl)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, axisY, lbl)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, l.topAxisY, lbl)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, l.axisY, lbl)
 	}
 	b.WriteString("</g>\n")
-	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888" stroke-width="1"/>`+"\n", sc.x0, lanesBottom, sc.x1, lanesBottom)
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#555555">time since start (ms)</text>`+"\n", (sc.x0+sc.x1)/2, axisTitleY)
+	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888888" stroke-width="1"/>`+"\n", sc.x0, l.lanesBottom, sc.x1, l.lanesBottom)
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#555555">time since start (ms)</text>`+"\n", (sc.x0+sc.x1)/2, l.axisTitleY)
+}
 
-	// Fault bands.
+// faults writes each node's fault bands (an instantaneous fault is a thin
+// mark) with their labels.
+func (l *svgLayout) faults(b *bytes.Buffer, h *History) {
 	for _, n := range h.Nodes {
-		for _, bd := range nodeBands[n] {
+		for _, bd := range l.nodeBands[n] {
 			f := bd.f
 			col := svgFaultColour(f.What)
-			top := nodeY[n] + 3 + float64(bd.row)*svgNodeRow
-			x0, x1 := sc.x(f.From), sc.x(f.To)
+			top := l.nodeY[n] + 3 + float64(bd.row)*svgNodeRow
+			x0, x1 := l.sc.x(f.From), l.sc.x(f.To)
 			tip := fmt.Sprintf("node %d: %s, %s–%s ms", n, f.What, svgFmtMS(f.From), svgFmtMS(f.To))
 			if f.Open {
 				tip += " (until the end)"
@@ -263,16 +333,19 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" fill="%s">%s</text></g>`+"\n", x0+4, top+10.5, svgColText, svgEsc(f.What))
 		}
 	}
+}
 
-	// Holds.
+// holds writes each hold's believed-held bar, and the hatched part it acted
+// after its validity.
+func (l *svgLayout) holds(b *bytes.Buffer, h *History) {
 	for _, x := range h.Holds {
-		ly, ok := clientY[x.Client]
+		ly, ok := l.clientY[x.Client]
 		if !ok {
 			continue
 		}
 		top := ly + 11
-		x0 := sc.x(x.Acquired)
-		x1 := sc.x(max(x.BelievedEnd, x.Acquired))
+		x0 := l.sc.x(x.Acquired)
+		x1 := l.sc.x(max(x.BelievedEnd, x.Acquired))
 		tip := fmt.Sprintf("client %d hold %d token %d: acquired %s ms, valid until %s ms", x.Client, x.ID, x.Token, svgFmtMS(x.Acquired), svgFmtMS(x.ValidUntil))
 		if x.HasRelease {
 			tip += fmt.Sprintf(", released %s ms", svgFmtMS(x.Released))
@@ -285,21 +358,24 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="14" fill="%s" stroke="%s" stroke-width="0.8"/>`,
 			x0, top, max(x1-x0, 1.5), svgColBar, svgColBarStroke)
 		if x.ActedEnd > x.BelievedEnd {
-			xa := sc.x(x.ActedEnd)
+			xa := l.sc.x(x.ActedEnd)
 			fmt.Fprintf(b, `<rect class="acted" x="%.1f" y="%.1f" width="%.1f" height="14" fill="url(#acted)" stroke="%s" stroke-width="0.8" stroke-dasharray="3,2"/>`,
 				x1, top, max(xa-x1, 1.5), svgColBarStroke)
 		}
 		b.WriteString("</g>\n")
 	}
+}
 
-	// Violations, over the bars but under the marks.
+// violations shades each mutual-exclusion violation's span across both
+// clients' lanes.
+func (l *svgLayout) violations(b *bytes.Buffer, h *History) {
 	for _, v := range h.Violations {
-		ya, oka := clientY[v.ClientA]
-		yb, okb := clientY[v.ClientB]
+		ya, oka := l.clientY[v.ClientA]
+		yb, okb := l.clientY[v.ClientB]
 		if !oka || !okb {
 			continue
 		}
-		x0, x1 := sc.x(v.From), sc.x(v.To)
+		x0, x1 := l.sc.x(v.From), l.sc.x(v.To)
 		wd := max(x1-x0, 2)
 		kind := "acted intervals overlap (late write after validity)"
 		if v.Believed {
@@ -316,39 +392,47 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 		}
 		b.WriteString("</g>\n")
 	}
+}
 
-	// Token labels, above the violation shading.
+// tokens labels each hold's bar with its fencing token, where it fits.
+func (l *svgLayout) tokens(b *bytes.Buffer, h *History) {
 	for _, x := range h.Holds {
-		ly, ok := clientY[x.Client]
+		ly, ok := l.clientY[x.Client]
 		if !ok || x.Token == 0 {
 			continue
 		}
-		x0, x1 := sc.x(x.Acquired), sc.x(max(x.BelievedEnd, x.Acquired))
+		x0, x1 := l.sc.x(x.Acquired), l.sc.x(max(x.BelievedEnd, x.Acquired))
 		lbl := "#" + strconv.FormatUint(x.Token, 10)
 		if svgTextWidth(lbl, 10)+6 <= x1-x0 {
 			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" font-weight="bold" fill="#ffffff">%s</text>`+"\n", x0+3, ly+21.5, svgEsc(lbl))
 		}
 	}
+}
 
-	// Failed acquires.
+// failures marks each failed Acquire call with a cross.
+func (l *svgLayout) failures(b *bytes.Buffer, h *History) {
 	for _, f := range h.Failures {
-		ly, ok := clientY[f.Client]
+		ly, ok := l.clientY[f.Client]
 		if !ok {
 			continue
 		}
-		x, yc := sc.x(f.At), ly+18
+		x, yc := l.sc.x(f.At), ly+18
 		tip := fmt.Sprintf("client %d: acquire failed at %s ms after %s ms, %d attempt(s): %s", f.Client, svgFmtMS(f.At), svgFmtMS(f.Latency), f.Attempts, f.Reason)
 		fmt.Fprintf(b, `<g class="failed"><title>%s</title><path d="M%.1f,%.1f l6,6 m0,-6 l-6,6" stroke="%s" stroke-width="1.6" fill="none"/></g>`+"\n",
 			svgEsc(tip), x-3, yc-3, svgColFailed)
 	}
+}
 
-	// Writes.
+// writes marks each write: a diamond below the bar for the fenced resource,
+// a circle above it for any other; green accepted, grey rejected, a red ring
+// when stale.
+func (l *svgLayout) writes(b *bytes.Buffer, h *History) {
 	for _, w := range h.Writes {
-		ly, ok := clientY[w.Client]
+		ly, ok := l.clientY[w.Client]
 		if !ok {
 			continue
 		}
-		x := sc.x(w.At)
+		x := l.sc.x(w.At)
 		fill := svgColAccepted
 		if !w.Accepted {
 			fill = svgColRejected
@@ -365,7 +449,7 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 			verdict = "accepted, STALE"
 		}
 		tip := fmt.Sprintf("client %d hold %d wrote %s with token %d at %s ms: %s", w.Client, w.Hold, w.Resource, w.Token, svgFmtMS(w.At), verdict)
-		if w.Resource == ResourceFenced {
+		if w.Resource == oracle.ResourceFenced {
 			yc := ly + 30
 			fmt.Fprintf(b, `<g class="write"><title>%s</title><path d="M%.1f,%.1f l%.1f,%.1f l%.1f,%.1f l%.1f,%.1f z" fill="%s" stroke="%s" stroke-width="%.1f"/></g>`+"\n",
 				svgEsc(tip), x, yc-r-1, r+1, r+1, -r-1, r+1, -r-1, -r-1, fill, stroke, sw)
@@ -375,28 +459,25 @@ func svgRender(b *bytes.Buffer, title string, h *History) {
 				svgEsc(tip), x, yc, r, fill, stroke, sw)
 		}
 	}
+}
 
-	// Notes.
-	for i, n := range notes {
-		x := sc.x(n.At)
-		ty := notesTop + float64(noteRows[i]+1)*svgNoteRow - 3
+// notes draws each note as a dashed vertical line with its label in its row.
+func (l *svgLayout) notes(b *bytes.Buffer) {
+	for i, n := range l.notesSorted {
+		x := l.sc.x(n.At)
+		ty := l.notesTop + float64(l.noteRows[i]+1)*svgNoteRow - 3
 		fmt.Fprintf(b, `<g class="note"><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1" stroke-dasharray="4,3"/>`,
-			x, ty+2, x, lanesBottom, svgColNote)
+			x, ty+2, x, l.lanesBottom, svgColNote)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" fill="%s">%s</text></g>`+"\n", x+3, ty, svgColNote, svgEsc(n.Text))
 	}
+}
 
-	// Legend.
-	lx, ly := svgLeft, legendTop
-	for _, it := range legend {
-		wd := 26 + svgTextWidth(it.label, 11) + 18
-		if lx+wd > svgWidth-svgRight && lx > svgLeft {
-			lx, ly = svgLeft, ly+svgLegendRow
-		}
+// legend writes the legend's swatches and labels.
+func (l *svgLayout) legend(b *bytes.Buffer) {
+	l.eachLegendItem(func(it svgLegendItem, lx, ly float64) {
 		fmt.Fprintf(b, `<g class="legend">%s<text x="%.1f" y="%.1f" font-size="11" fill="%s">%s</text></g>`+"\n",
 			it.swatch(lx, ly), lx+24, ly+12, svgColText, svgEsc(it.label))
-		lx += wd
-	}
-	b.WriteString("</svg>\n")
+	}, func() {})
 }
 
 // svgLegendItem is one swatch and its label.
@@ -459,7 +540,7 @@ func svgSummary(h *History) string {
 		v = "violation"
 	}
 	return fmt.Sprintf("%d acquisitions · %d failed acquires · %d mutual-exclusion %s · stale writes accepted: plain %d, fenced %d · %s",
-		len(h.Holds), len(h.Failures), len(h.Violations), v, stale[ResourcePlain], stale[ResourceFenced], svgDurMS(h.End))
+		len(h.Holds), len(h.Failures), len(h.Violations), v, stale[oracle.ResourcePlain], stale[oracle.ResourceFenced], svgDurMS(h.End))
 }
 
 // svgFaultColour picks a colour from the fault's description.
@@ -519,3 +600,6 @@ func svgDurMS(d time.Duration) string {
 	}
 	return svgFmtMS(d) + " ms"
 }
+
+// durMS converts d to float milliseconds.
+func durMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -13,19 +13,21 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // svgSampleHistory is a small trial in the spirit of Kleppmann's GC pause:
 // three clients, five nodes, TTL 200 ms. Client 0 pauses past its validity
 // and writes after client 1 acquired; node faults of several kinds.
 func svgSampleHistory() History {
-	o := NewOracle()
+	o := oracle.NewOracle()
 	o.Declare(3, 5)
-	at := func(ms int) time.Time { return oracleAt(o, ms) }
-	plain, fenced := NewPlainResource(), NewFencedResource()
-	write := func(h HoldID, tok uint64, ms int) {
-		o.Wrote(h, ResourcePlain, tok, plain.Write(tok, "v"), at(ms))
-		o.Wrote(h, ResourceFenced, tok, fenced.Write(tok, "v"), at(ms))
+	at := func(ms int) time.Time { return o.Start().Add(time.Duration(ms) * time.Millisecond) }
+	res := newResources()
+	write := func(h oracle.HoldID, tok uint64, ms int) {
+		o.Wrote(h, oracle.ResourcePlain, tok, res.writePlain(tok), at(ms))
+		o.Wrote(h, oracle.ResourceFenced, tok, res.writeFenced(tok), at(ms))
 	}
 
 	a := o.Acquired(0, 1, at(5), at(140), 4*time.Millisecond, 1)
@@ -163,7 +165,7 @@ func TestSVGTimeline(t *testing.T) {
 func TestSVGEmptyAndDegenerate(t *testing.T) {
 	for name, h := range map[string]History{
 		"zero":  {},
-		"empty": NewOracle().History(),
+		"empty": oracle.NewOracle().History(),
 	} {
 		var buf bytes.Buffer
 		require.NoError(t, WriteSVG(&buf, "", h), name)
@@ -172,7 +174,7 @@ func TestSVGEmptyAndDegenerate(t *testing.T) {
 	}
 
 	// Times before the start, a hold with no validity, a zero-length fault.
-	o := NewOracle()
+	o := oracle.NewOracle()
 	o.Acquired(0, 0, o.Start().Add(-time.Second), o.Start().Add(-time.Second), 0, 1)
 	o.Fault(0, "x", o.Start(), o.Start())
 	var buf bytes.Buffer

@@ -13,6 +13,7 @@ import (
 
 	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/mutation"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Workload is what the clients of one trial do: each of Clients clients, with
@@ -100,18 +101,11 @@ type Trigger struct {
 	Nth    int
 }
 
-// Acquisition is the event a Trigger fires on.
-type Acquisition struct {
+// acquisition is the event a Trigger fires on.
+type acquisition struct {
 	Client int
 	Nth    int
 	Lock   *redlock.Lock
-}
-
-// Resources are the shared resources the clients write to: a plain one that
-// accepts every write and a fenced one that checks fencing tokens.
-type Resources struct {
-	Plain  *PlainResource
-	Fenced *FencedResource
 }
 
 // client is one workload client: its redlock.Client and what closes it.
@@ -202,8 +196,8 @@ func dialClient(addrs []string, hook redis.Hook, opts []redlock.Option) (client,
 	}
 	for i, a := range addrs {
 		rc := redlock.NewNodeClient(a, func(o *redis.Options) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = ClientDialTimeout, ClientIOTimeout, ClientIOTimeout
-			o.PoolSize = ClientPoolSize
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = clientDialTimeout, clientIOTimeout, clientIOTimeout
+			o.PoolSize = clientPoolSize
 		})
 		if hook != nil {
 			rc.AddHook(hook)
@@ -262,7 +256,7 @@ func (w Workload) writeEvery() time.Duration {
 // client's goroutine, before it writes: faults triggered by an acquisition
 // are in place before the holder goes on.
 // It returns what the clients saw of the library's promises.
-func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Resources, seed uint64, onAcquire func(Acquisition)) *workloadStats {
+func (w Workload) run(ctx context.Context, clients []client, o *oracle.Oracle, res resources, seed uint64, onAcquire func(acquisition)) *workloadStats {
 	acquireTimeout := w.AcquireTimeout
 	if acquireTimeout <= 0 {
 		acquireTimeout = 2 * w.TTL
@@ -289,7 +283,7 @@ func (w Workload) run(ctx context.Context, clients []client, o *Oracle, res Reso
 		t := time.AfterFunc(delay, func() { close(ch) })
 		defer t.Stop()
 	}
-	fire := func(a Acquisition) {
+	fire := func(a acquisition) {
 		onAcquire(a)
 		mu.Lock()
 		defer mu.Unlock()
@@ -345,10 +339,10 @@ type holder struct {
 	c              *redlock.Client
 	key            string
 	acquireTimeout time.Duration
-	o              *Oracle
-	res            Resources
+	o              *oracle.Oracle
+	res            resources
 	rng            *rand.Rand
-	fire           func(Acquisition)
+	fire           func(acquisition)
 	stats          *workloadStats
 	mutant         *mutation.Knobs
 	// refused is set when the library refused the workload's own settings
@@ -391,30 +385,29 @@ func (h *holder) failed(ctx context.Context, err error, latency time.Duration) {
 }
 
 // write writes to both resources.
-func (h *holder) write(hold HoldID, token uint64, n int) {
-	value := fmt.Sprintf("client %d hold %d", h.i, n)
+func (h *holder) write(hold oracle.HoldID, token uint64) {
 	at := time.Now()
-	h.o.Wrote(hold, ResourcePlain, token, h.res.Plain.Write(token, value), at)
+	h.o.Wrote(hold, oracle.ResourcePlain, token, h.res.writePlain(token), at)
 	at = time.Now()
-	ok := h.res.Fenced.Write(token, value)
-	h.o.WroteSpan(hold, ResourceFenced, token, ok, at, time.Now())
+	ok := h.res.writeFenced(token)
+	h.o.WroteSpan(hold, oracle.ResourceFenced, token, ok, at, time.Now())
 }
 
 // pause freezes the holder if the workload's Pause names this hold, then
 // writes once without looking at the clock, as a holder waking from a GC
 // pause would.
-func (h *holder) pause(ctx context.Context, hold HoldID, token uint64, n int) {
+func (h *holder) pause(ctx context.Context, hold oracle.HoldID, token uint64, n int) {
 	if p := h.w.Pause; p != nil && p.Client == h.i && p.Nth == n {
 		h.o.Note(time.Now(), "client "+strconv.Itoa(h.i)+" paused "+p.Length.String())
 		sleepCtx(ctx, p.Length)
-		h.write(hold, token, n)
+		h.write(hold, token)
 	}
 }
 
 // acquire takes the lock for the client's nth hold (bounded by the acquire
 // timeout), records it with the oracle and fires its trigger; ok is false
 // when the lock was not acquired (the failure is recorded).
-func (h *holder) acquire(ctx context.Context, n int) (lock *redlock.Lock, hold HoldID, ok bool) {
+func (h *holder) acquire(ctx context.Context, n int) (lock *redlock.Lock, hold oracle.HoldID, ok bool) {
 	actx, cancel := context.WithTimeout(ctx, h.acquireTimeout)
 	start := time.Now()
 	lock, err := h.c.Acquire(actx, h.key, h.w.TTL)
@@ -425,7 +418,7 @@ func (h *holder) acquire(ctx context.Context, n int) (lock *redlock.Lock, hold H
 		return nil, 0, false
 	}
 	hold = h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency, lock.Attempts())
-	h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
+	h.fire(acquisition{Client: h.i, Nth: n, Lock: lock})
 	return lock, hold, true
 }
 
@@ -484,7 +477,7 @@ func (h *holder) holdLock(ctx context.Context, n int) bool {
 				break
 			}
 		}
-		h.write(hold, lock.Token(), n)
+		h.write(hold, lock.Token())
 		sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
 	}
 	h.o.Released(hold, time.Now())
@@ -522,7 +515,7 @@ func (h *holder) extendReleased(ctx context.Context, lock *redlock.Lock, n int) 
 		deadline = nl.ValidUntil()
 	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		h.write(hold, nl.Token(), n)
+		h.write(hold, nl.Token())
 		sleepCtx(ctx, h.w.writeEvery())
 	}
 	h.o.Released(hold, time.Now())
@@ -546,7 +539,7 @@ func (h *holder) holdDo(ctx context.Context, n int) bool {
 		if lock.Attempts() != 0 {
 			h.o.Note(time.Now(), fmt.Sprintf("client %d: reentrant Acquire made %d attempts", h.i, lock.Attempts()))
 		}
-		h.fire(Acquisition{Client: h.i, Nth: n, Lock: lock})
+		h.fire(acquisition{Client: h.i, Nth: n, Lock: lock})
 		h.pause(ctx, hold, lock.Token(), n)
 		deadline := time.Now().Add(w.holdFor(h.i))
 		for first := true; first || time.Now().Before(deadline); first = false {
@@ -557,7 +550,7 @@ func (h *holder) holdDo(ctx context.Context, n int) bool {
 				lock = l
 				h.o.Extended(hold, l.ValidUntil())
 			}
-			h.write(hold, lock.Token(), n)
+			h.write(hold, lock.Token())
 			sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
 		}
 		h.o.Released(hold, time.Now())

@@ -15,6 +15,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/d3b93e30/redlock/chaos"
+	"github.com/d3b93e30/redlock/fencing"
+	"github.com/d3b93e30/redlock/internal/faultlog"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // Action is a fault applied to members of the etcd cluster.
@@ -377,7 +380,7 @@ func Run(ctx context.Context, s Scenario, trials int, seed uint64, progress func
 	if !fencedOK {
 		res.ObservedFenced = chaos.Unsafe
 	}
-	res.P50, res.P99 = chaos.Percentile(latencies, 50), chaos.Percentile(latencies, 99)
+	res.P50, res.P99 = oracle.Percentile(latencies, 50), oracle.Percentile(latencies, 99)
 	return res, nil
 }
 
@@ -526,9 +529,9 @@ func runTrial(ctx context.Context, s Scenario, seed uint64) (trialResult, error)
 		return trialResult{}, err
 	}
 	defer e.close()
-	o := chaos.NewOracle()
+	o := oracle.NewOracle()
 	o.Declare(s.Workload.Clients, e.cluster.Size())
-	inj := &injector{env: e, oracle: o, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	inj := &injector{env: e, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 
@@ -554,68 +557,31 @@ func runTrial(ctx context.Context, s Scenario, seed uint64) (trialResult, error)
 	// clients, which unblocks every call still waiting.
 	stopClients := context.AfterFunc(tctx, e.closeClients)
 	defer stopClients()
-	res := resources{plain: chaos.NewPlainResource(), fenced: chaos.NewFencedResource()}
-	s.Workload.run(tctx, e, o, res, seed, onFirst)
+	s.Workload.run(tctx, e, o, new(fencing.Guard), seed, onFirst)
 	cancel()
 	inj.stop()
 	return trialResult{report: o.Report(), history: o.History()}, nil
 }
 
-type resources struct {
-	plain  *chaos.PlainResource
-	fenced *chaos.FencedResource
-}
-
-// injector applies one trial's faults and records them in the oracle.
+// injector applies one trial's faults and records them in the oracle. The
+// schedule and the bands in force are the chaos harness's (faultlog); the
+// faults themselves act on etcd members and on the clients' proxies.
 type injector struct {
 	env    *env
-	oracle *chaos.Oracle
+	oracle *oracle.Oracle
+	log    *faultlog.Log
 
-	mu     sync.Mutex
-	rng    *rand.Rand
-	timers []*time.Timer
-	wg     sync.WaitGroup
-	open   []openBand
-}
-
-type openBand struct {
-	member int
-	what   string
-	from   time.Time
+	mu  sync.Mutex
+	rng *rand.Rand
 }
 
 func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	inj.wg.Add(1)
-	inj.timers = append(inj.timers, time.AfterFunc(d, func() {
-		defer inj.wg.Done()
-		if ctx.Err() == nil {
-			fn()
-		}
-	}))
+	inj.log.After(ctx, d, fn)
 }
 
 // stop cancels pending faults, waits for running ones and closes the fault
 // bands still open at the trial's end.
-func (inj *injector) stop() {
-	inj.mu.Lock()
-	for _, t := range inj.timers {
-		if t.Stop() {
-			inj.wg.Done()
-		}
-	}
-	inj.timers = nil
-	inj.mu.Unlock()
-	inj.wg.Wait()
-	now := time.Now()
-	inj.mu.Lock()
-	defer inj.mu.Unlock()
-	for _, b := range inj.open {
-		inj.oracle.Fault(b.member, b.what, b.from, now)
-	}
-	inj.open = nil
-}
+func (inj *injector) stop() { inj.log.Stop() }
 
 func (inj *injector) pick(p Pick) []int {
 	n := inj.env.cluster.Size()
@@ -688,14 +654,12 @@ func (inj *injector) apply(ctx context.Context, f Fault) {
 			})
 			continue
 		}
-		inj.mu.Lock()
-		inj.open = append(inj.open, openBand{m, label, now})
-		inj.mu.Unlock()
+		inj.log.Open(faultlog.Band{Node: m, What: label}, now)
 	}
 }
 
 // run runs the workload until ctx ends or every client is done.
-func (w Workload) run(ctx context.Context, e *env, o *chaos.Oracle, res resources, seed uint64, onFirst func()) {
+func (w Workload) run(ctx context.Context, e *env, o *oracle.Oracle, fenced *fencing.Guard, seed uint64, onFirst func()) {
 	first := make(chan struct{})
 	var firstOnce sync.Once
 	fire := func() {
@@ -715,14 +679,14 @@ func (w Workload) run(ctx context.Context, e *env, o *chaos.Oracle, res resource
 					return
 				}
 			}
-			w.client(ctx, i, e, o, res, rng, fire)
+			w.client(ctx, i, e, o, fenced, rng, fire)
 		})
 	}
 	wg.Wait()
 }
 
 // client is one client's loop.
-func (w Workload) client(ctx context.Context, i int, e *env, o *chaos.Oracle, res resources, rng *rand.Rand, fire func()) {
+func (w Workload) client(ctx context.Context, i int, e *env, o *oracle.Oracle, fenced *fencing.Guard, rng *rand.Rand, fire func()) {
 	acquireTimeout := w.AcquireTimeout
 	if acquireTimeout <= 0 {
 		acquireTimeout = 2 * w.TTL
@@ -770,12 +734,13 @@ func (w Workload) client(ctx context.Context, i int, e *env, o *chaos.Oracle, re
 			sleepCtx(ctx, w.Pause)
 			e.proxies[i].Hold(false)
 		}
+		// Both shared resources, as in the chaos harness: the plain one
+		// accepts every write, the fenced one is fencing.Guard.
 		write := func() {
-			value := fmt.Sprintf("client %d hold %d", i, n)
 			at := time.Now()
-			o.Wrote(hold, chaos.ResourcePlain, h.Token(), res.plain.Write(h.Token(), value), at)
+			o.Wrote(hold, oracle.ResourcePlain, h.Token(), true, at)
 			at = time.Now()
-			o.Wrote(hold, chaos.ResourceFenced, h.Token(), res.fenced.Write(h.Token(), value), at)
+			o.Wrote(hold, oracle.ResourceFenced, h.Token(), fenced.Check(h.Token()) == nil, at)
 		}
 		// The first write follows the acquisition (or the pause) without a
 		// check, as a paused process resumes mid-step.

@@ -35,7 +35,7 @@ func Example() {
 		servers, nodes = append(servers, m), append(nodes, rc)
 	}
 	// A generous per-node timeout, so that the example also passes on a
-	// loaded machine; the default is 1% of the TTL (at least 20 ms).
+	// loaded machine; the default is 1% of the TTL (at least 100 ms).
 	locks, err := redlock.New(nodes, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		panic(err)

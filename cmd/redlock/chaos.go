@@ -94,7 +94,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 		}
 	}
 	fs.StringVar(&f.backend, "backend", string(chaos.InProcess), "node backend: inprocess (miniredis, no set-up) or redis-server (real processes; needs redis-server on PATH)")
-	fs.IntVar(&f.nodes, "nodes", 5, "number of nodes N (at least 3 for most scenarios)")
+	fs.IntVar(&f.nodes, "nodes", chaos.DefaultNodes, "number of nodes N (at least 3 for most scenarios)")
 	fs.Func("scenario", "run only this scenario (repeatable; default all; see --list)", func(s string) error {
 		if _, ok := chaos.Find(s); !ok {
 			return fmt.Errorf("unknown scenario %q (see --list)", s)
@@ -132,6 +132,8 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	return f, nil
 }
 
+// runChaos is `redlock chaos`: it runs the scenarios (or, with --mutants,
+// the mutants) on one cluster and returns the exit status.
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseChaosFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -155,12 +157,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if len(f.scenarios) > 0 {
-		var picked []chaos.Scenario
-		for _, name := range f.scenarios {
-			s, _ := chaos.Find(name)
-			picked = append(picked, s)
-		}
-		scenarios = picked
+		scenarios = pickScenarios(f.scenarios)
 	}
 	if f.seed == 0 {
 		f.seed = uint64(time.Now().UnixNano())
@@ -194,6 +191,29 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return runMutants(ctx, cluster, f, stdout, stderr, progress)
 	}
 
+	results, ok := runScenarios(ctx, cluster, scenarios, f, stderr, progress)
+	if !ok {
+		return exitMismatch
+	}
+	return reportChaos(results, f, backend, stdout, stderr)
+}
+
+// pickScenarios returns the catalogue's scenarios of these names (checked
+// when the flags were parsed), in the order given.
+func pickScenarios(names []string) []chaos.Scenario {
+	var picked []chaos.Scenario
+	for _, name := range names {
+		s, _ := chaos.Find(name)
+		picked = append(picked, s)
+	}
+	return picked
+}
+
+// runScenarios runs each scenario on cluster, reporting progress and
+// writing the timelines f asks for. It returns false, having said why on
+// stderr, when the harness fails or ctx ends.
+func runScenarios(ctx context.Context, cluster *chaos.Cluster, scenarios []chaos.Scenario, f chaosFlags, stderr io.Writer, progress func(string)) ([]chaos.Result, bool) {
+	backend := cluster.Backend()
 	start := time.Now()
 	var results []chaos.Result
 	for i, s := range scenarios {
@@ -201,7 +221,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, func(line string) { progress("        " + line) })
 		if err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: %s: %v\n", s.Name, err)
-			return exitMismatch
+			return nil, false
 		}
 		if res.Skipped != "" {
 			progress(fmt.Sprintf("        skipped on %s: %s", backend, res.Skipped))
@@ -213,16 +233,22 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if f.svgDir != "" && len(res.Histories) > 0 {
 			if err := writeTimeline(f.svgDir, s, res, backend); err != nil {
 				fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
-				return exitMismatch
+				return nil, false
 			}
 		}
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "redlock chaos: interrupted")
-			return exitMismatch
+			return nil, false
 		}
 	}
 	progress(fmt.Sprintf("redlock chaos: done in %v", time.Since(start).Round(time.Millisecond)))
+	return results, true
+}
 
+// reportChaos prints the results (a table, or JSON) and returns the exit
+// status: exitMismatch if an observed verdict differs from the expected one
+// or nothing ran.
+func reportChaos(results []chaos.Result, f chaosFlags, backend chaos.Backend, stdout, stderr io.Writer) int {
 	sum := summarizeChaos(results)
 	if f.jsonOut {
 		enc := json.NewEncoder(stdout)
@@ -322,8 +348,8 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64) {
 }
 
 // chaosLegend explains the table's columns and verdicts.
-const chaosLegend = `
-TRIALS              trials run (a scenario expected unsafe runs more, up to 8, until one shows it)
+var chaosLegend = fmt.Sprintf(`
+TRIALS              trials run (a scenario expected unsafe runs more, up to %d, until one shows it)
 ACQUIRED            locks taken, all trials together
 VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion broken)
 STALE PLAIN/FENCED  writes a resource accepted from a holder after it had accepted one from a
@@ -337,7 +363,7 @@ unsafe              some trial broke mutual exclusion: expected only where Redlo
 broken              a promise of the library failed (the fenced resource took a stale write,
                     tokens out of order, a lock handed out without validity, ...): see the notes
 skipped             the scenario cannot run on this backend or number of nodes; not a pass
-`
+`, chaos.UnsafeTrialLimit)
 
 // writeTrimmed writes b with the spaces at the ends of its lines removed.
 func writeTrimmed(w io.Writer, b []byte) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -11,13 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
-	return code, out.String(), errOut.String()
-}
 
 // helpExamples returns the example command lines of `redlock chaos --help`.
 func helpExamples(t *testing.T) [][]string {

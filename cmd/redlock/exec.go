@@ -147,7 +147,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
-	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 20ms..1s)")
+	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
 	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
@@ -165,41 +165,78 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		fmt.Fprintln(stderr, "Run 'redlock exec --help' for usage.")
 		return f, exitUsage, false
 	}
-	bad := func(format string, a ...any) (execFlags, int, bool) {
-		fmt.Fprintf(stderr, "redlock exec: "+format+"\nRun 'redlock exec --help' for usage.\n", a...)
-		return f, exitUsage, false
-	}
 	f.command = fs.Args()
 	if *nodes == "" {
 		*nodes = os.Getenv(nodesEnv)
 	}
 	f.nodes = splitNodes(*nodes)
-	switch {
-	case len(f.nodes) == 0:
-		return bad("no nodes: give --nodes or set $%s", nodesEnv)
-	case f.key == "":
-		return bad("--key is required")
-	case len(f.command) == 0:
-		return bad("no COMMAND given")
-	case f.ttl <= 0 || f.ttl%time.Millisecond != 0:
-		return bad("--ttl %v must be a positive whole number of milliseconds", f.ttl)
-	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
-		return bad("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
-	case f.releaseOnFailure && f.minHold == 0:
-		return bad("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
-	case f.busyExit < 0 || f.busyExit > 255:
-		return bad("--busy-exit %d must be in 0..255", f.busyExit)
-	case strings.ContainsAny(f.fenceEnv, "=\x00"):
-		return bad("--fence-env %q is not a valid environment variable name", f.fenceEnv)
-	}
-	drift := redlock.Drift(f.ttl, redlock.DefaultDriftFactor)
-	if v := f.ttl - drift; v <= 0 {
-		return bad("--ttl %v is too short: the clock-drift allowance (%v) leaves the lock no validity", f.ttl, drift)
-	}
-	if v := f.ttl - drift; f.extendEvery >= v {
-		return bad("--extend-every %v must be below the lock's validity %v (ttl − drift)", f.extendEvery, v)
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %v\nRun 'redlock exec --help' for usage.\n", err)
+		return f, exitUsage, false
 	}
 	return f, 0, true
+}
+
+// check reports the first problem with the flags: the CLI's own rules, then
+// the library's (redlock.CheckTTL, as Acquire and KeepAlive will apply
+// them), with one flag more at each step so that the message names the flag
+// that breaks one.
+func (f execFlags) check() error {
+	switch {
+	case len(f.nodes) == 0:
+		return fmt.Errorf("no nodes: give --nodes or set $%s", nodesEnv)
+	case f.key == "":
+		return errors.New("--key is required")
+	case len(f.command) == 0:
+		return errors.New("no COMMAND given")
+	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
+		return errors.New("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
+	case f.releaseOnFailure && f.minHold == 0:
+		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
+	case f.busyExit < 0 || f.busyExit > 255:
+		return fmt.Errorf("--busy-exit %d must be in 0..255", f.busyExit)
+	case strings.ContainsAny(f.fenceEnv, "=\x00"):
+		return fmt.Errorf("--fence-env %q is not a valid environment variable name", f.fenceEnv)
+	}
+	var opts []redlock.Option
+	for _, c := range []struct {
+		flag  string
+		value time.Duration
+		opts  []redlock.Option
+	}{
+		{"--ttl", f.ttl, f.timeoutOptions()},
+		{"--quarantine", f.quarantine, []redlock.Option{redlock.WithQuarantine(f.quarantine)}},
+		{"--extend-every", f.extendEvery, f.holdOptions()},
+	} {
+		opts = append(opts, c.opts...)
+		if err := redlock.CheckTTL(f.ttl, opts...); err != nil {
+			return fmt.Errorf("%s %v: %w", c.flag, c.value, err)
+		}
+	}
+	return nil
+}
+
+// timeoutOptions sets the per-node timeout, when --node-timeout is given.
+func (f execFlags) timeoutOptions() []redlock.Option {
+	if f.nodeTimeout > 0 {
+		return []redlock.Option{redlock.WithNodeTimeout(f.nodeTimeout)}
+	}
+	return nil
+}
+
+// lockOptions are the library options the flags set on the Client: the
+// per-node timeout and the amnesia guard's quarantine.
+func (f execFlags) lockOptions() []redlock.Option {
+	return append(f.timeoutOptions(), redlock.WithQuarantine(f.quarantine))
+}
+
+// holdOptions are the library options the flags set on the Lease: the
+// extension interval, when --extend-every is given.
+func (f execFlags) holdOptions() []redlock.Option {
+	if f.extendEvery > 0 {
+		return []redlock.Option{redlock.WithExtendInterval(f.extendEvery)}
+	}
+	return nil
 }
 
 // quietRedis silences go-redis's own log lines (such as every failed dial):
@@ -277,23 +314,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	level := slog.LevelError // exec prints its own one-line notices
-	if f.verbose {
-		level = slog.LevelDebug
-	}
-	opts := []redlock.Option{redlock.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))}
-	if f.nodeTimeout > 0 {
-		opts = append(opts, redlock.WithNodeTimeout(f.nodeTimeout))
-	}
-	opts = append(opts, redlock.WithQuarantine(f.quarantine))
-
 	// Our own subscription, next to main's signal.NotifyContext: it tells
 	// which signal arrived, so that exactly that one is forwarded.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, opts...)
+	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr)...)
 	if client == nil {
 		return code
 	}
@@ -307,45 +334,14 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)
-
-	// The Lease must outlive ctx: when main's context is canceled by a
-	// signal, COMMAND is only asked to stop, and the lock must stay held
-	// until it has. stopKeeping ends the Lease without a release.
-	keepCtx, stopKeeping := context.WithCancel(bg)
-	defer stopKeeping()
-	extended := make(chan struct{}, 1)
-	holdOpts := []redlock.Option{redlock.WithObserver(redlock.ObserverFunc(func(ev redlock.Event) {
-		if ev.Op == redlock.OpExtend && ev.OK {
-			select {
-			case extended <- struct{}{}:
-			default:
-			}
-		}
-	}))}
-	if f.extendEvery > 0 {
-		holdOpts = append(holdOpts, redlock.WithExtendInterval(f.extendEvery))
-	}
-	lease, err := lock.KeepAlive(keepCtx, holdOpts...)
+	lease, stopKeeping, err := keepHeld(bg, lock, conns, f, who)
 	if err != nil {
 		_ = lock.Release(bg)
 		conns.deleteHolder(bg, f.key, who)
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return exitSoftware
 	}
-	// The holder record follows the lock's extensions.
-	refreshDone := make(chan struct{})
-	go func() {
-		defer close(refreshDone)
-		for {
-			select {
-			case <-extended:
-				conns.refreshHolder(bg, f.key, who, f.ttl)
-			case <-lease.Done():
-				return
-			}
-		}
-	}()
-	defer func() { stopKeeping(); <-refreshDone }()
+	defer stopKeeping()
 
 	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, stderr)
 	if held && !holdFor(ctx, f, lock.AcquiredAt(), code, lease, sigs, stderr) {
@@ -359,10 +355,64 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// clientOptions are the library options of exec's Client: its log lines go
+// to stderr (every attempt, extension and release with -v, else errors
+// only: exec prints its own one-line notices), and those the flags set.
+func (f execFlags) clientOptions(stderr io.Writer) []redlock.Option {
+	level := slog.LevelError
+	if f.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return append([]redlock.Option{redlock.WithLogger(logger)}, f.lockOptions()...)
+}
+
+// keepHeld starts the Lease that extends lock while COMMAND runs, and the
+// goroutine that makes the holder record follow its extensions. ctx must
+// not be main's: when a signal cancels that, COMMAND is only asked to stop,
+// and the lock must stay held until it has. stop ends the Lease without a
+// release and waits for the goroutine.
+func keepHeld(ctx context.Context, lock *redlock.Lock, conns *nodeConns, f execFlags, who holder) (lease *redlock.Lease, stop func(), err error) {
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	extended := make(chan struct{}, 1)
+	onExtend := redlock.WithObserver(redlock.ObserverFunc(func(ev redlock.Event) {
+		if ev.Op == redlock.OpExtend && ev.OK {
+			select {
+			case extended <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	lease, err = lock.KeepAlive(keepCtx, append(f.holdOptions(), onExtend)...)
+	if err != nil {
+		stopKeeping()
+		return nil, nil, err
+	}
+	refreshDone := make(chan struct{})
+	go func() {
+		defer close(refreshDone)
+		for {
+			select {
+			case <-extended:
+				conns.refreshHolder(ctx, f.key, who, f.ttl)
+			case <-lease.Done():
+				return
+			}
+		}
+	}()
+	return lease, func() { stopKeeping(); <-refreshDone }, nil
+}
+
+// leaseEnd is what holdFor watches of the Lease: *redlock.Lease.
+type leaseEnd interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
 // holdFor keeps the lock after COMMAND ended with status code until
 // --min-hold has passed since it was acquired (see execHelp). It returns
 // false if a signal or ctx ended the wait: the lock is then not released.
-func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lease *redlock.Lease, sigs <-chan os.Signal, stderr io.Writer) bool {
+func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lease leaseEnd, sigs <-chan os.Signal, stderr io.Writer) bool {
 	left := f.minHold - time.Since(acquired)
 	if f.minHold == 0 || left <= 0 {
 		return true
@@ -378,6 +428,7 @@ func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lea
 	}
 	t := time.NewTimer(left)
 	defer t.Stop()
+	var why any // the signal, or ctx's cause when no signal came
 	select {
 	case <-t.C:
 		return true
@@ -385,114 +436,113 @@ func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lea
 		fmt.Fprintf(stderr, "redlock exec: warning: %v during --min-hold, after COMMAND had ended\n", lease.Err())
 		return true
 	case s := <-sigs:
-		fmt.Fprintf(stderr, "redlock exec: %v during --min-hold: leaving the lock to expire\n", s)
+		why = s
 	case <-ctx.Done():
+		// A signal cancels ctx and reaches sigs at about the same time,
+		// in either order: sigs says which one came.
+		if s := execjob.CancelSignal(sigs); s != nil {
+			why = s
+		} else {
+			why = context.Cause(ctx)
+		}
 	}
+	fmt.Fprintf(stderr, "redlock exec: %v during --min-hold: leaving the lock to expire\n", why)
 	return false
 }
 
 // acquireForExec takes the lock, retrying while it is busy until --wait has
-// passed. It returns the lock, or nil and the exit status.
+// passed; a signal ends the wait. It returns the lock, or nil and the exit
+// status.
 func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConns, f execFlags, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// A signal while we wait for the lock ends the wait.
-	var got os.Signal // written by the watcher, read after it has ended
-	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case got = <-sigs:
-			cancel()
-		case <-stopWatch:
-		}
-	}()
-	interrupted := func() os.Signal {
-		close(stopWatch)
-		<-watchDone
-		if got != nil {
-			return got
-		}
-		select {
-		case s := <-sigs:
-			return s
-		default:
-			return nil
-		}
-	}
-
-	deadline := time.Now().Add(f.wait)
-	retry := redlock.DefaultRetry()
-	var (
-		lock *redlock.Lock
-		err  error
-	)
-	for attempt := 1; ; attempt++ {
-		lock, err = client.TryAcquire(actx, f.key, f.ttl)
-		if err == nil || actx.Err() != nil || errors.Is(err, redlock.ErrInvalidArgument) {
-			break
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		delay, _ := retry.NextRetry(attempt)
-		t := time.NewTimer(min(delay, left))
-		select {
-		case <-t.C:
-		case <-actx.Done():
-			t.Stop()
-		}
-		if actx.Err() != nil {
-			break
-		}
-	}
-	if sig := interrupted(); sig != nil {
+	wctx, stopWatching := watchSignals(ctx, sigs)
+	lock, err := client.Acquire(wctx, f.key, f.ttl, redlock.WithRetry(retryWithin(f.wait)))
+	if sig := stopWatching(); sig != nil {
 		if lock != nil {
 			_ = lock.Release(context.WithoutCancel(ctx))
 		}
 		fmt.Fprintf(stderr, "redlock exec: %v before the lock was taken\n", sig)
 		return nil, 128 + signalNumber(sig)
 	}
-	if err == nil {
-		return lock, 0
+	if err != nil {
+		return nil, notAcquired(ctx, conns, f, err, stderr)
 	}
+	return lock, 0
+}
+
+// retryWithin is the library's DefaultRetry cut off at wait from now: the
+// last attempt starts at the latest at that deadline, and runs to its end
+// (a context deadline would cut it short, its nodes' answers unknown, and a
+// busy lock could then read as unreachable nodes). wait 0 makes one attempt,
+// as TryAcquire.
+func retryWithin(wait time.Duration) redlock.RetryPolicy {
+	deadline := time.Now().Add(wait)
+	backoff := redlock.DefaultRetry()
+	return redlock.RetryFunc(func(attempt int) (time.Duration, bool) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return 0, false
+		}
+		delay, _ := backoff.NextRetry(attempt) // DefaultRetry never gives up
+		return min(delay, left), true
+	})
+}
+
+// watchSignals returns a context derived from ctx that a signal on sigs
+// cancels, and stop, which stops watching and returns the signal that came
+// (nil if none). A cancellation of ctx counts as the signal that caused it
+// (execjob.CancelSignal): main's ctx and sigs hear of one signal in either
+// order.
+func watchSignals(ctx context.Context, sigs <-chan os.Signal) (wctx context.Context, stop func() os.Signal) {
+	wctx, cancel := context.WithCancel(ctx)
+	var got os.Signal // written by the watcher, read once it has ended
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		select {
+		case got = <-sigs:
+			return
+		case <-quit:
+		}
+		if ctx.Err() != nil {
+			got = execjob.CancelSignal(sigs)
+			return
+		}
+		select { // a signal as the acquisition ended
+		case got = <-sigs:
+		default:
+		}
+	}()
+	return wctx, func() os.Signal {
+		close(quit)
+		<-done
+		return got
+	}
+}
+
+// notAcquired reports a failed acquisition and returns the exit status:
+// bad usage, busy (another owner holds the lock: redlock.ErrTaken), or too
+// few nodes answered, with what each node answered.
+func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, stderr io.Writer) int {
 	var qe *redlock.QuorumError
-	errors.As(err, &qe)
 	switch {
 	case errors.Is(err, redlock.ErrInvalidArgument):
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-		return nil, exitUsage
-	case busy(err), ctx.Err() != nil:
+		return exitUsage
+	case errors.Is(err, redlock.ErrTaken), ctx.Err() != nil:
 		// Silent by default: the normal outcome on every host but one of a
 		// cron job, and cron mails any output.
 		if f.verbose {
 			fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
 		}
-		return nil, f.busyExit
-	case qe != nil && errors.Is(err, redlock.ErrNotAcquired):
+		return f.busyExit
+	case errors.As(err, &qe) && errors.Is(err, redlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
 		conns.describeNodes(stderr, qe.Nodes, conns.askPending(ctx, qe.Nodes))
-		return nil, exitUnavailable
+		return exitUnavailable
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
-	return nil, exitSoftware
-}
-
-// busy reports whether a failed acquisition met another holder: some node
-// answered that the key is taken. Otherwise it failed because too few nodes
-// answered.
-func busy(err error) bool {
-	var qe *redlock.QuorumError
-	if !errors.As(err, &qe) {
-		return false
-	}
-	for _, n := range qe.Nodes {
-		if n.Outcome == redlock.OutcomeTaken {
-			return true
-		}
-	}
-	return false
+	return exitSoftware
 }
 
 // forwardedSignals are the signals redlock exec passes on to COMMAND.

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // The end-to-end tests run the real redlock binary, built once (the first
@@ -56,4 +59,25 @@ func redlockBinary(t *testing.T) string {
 		t.Fatalf("go build ./cmd/redlock: %v\n%s", build.err, build.out)
 	}
 	return build.bin
+}
+
+// runCLI runs `redlock args...` in process and returns its exit status and
+// what it printed.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// wantUsageError runs `redlock args...` and checks that it exits with
+// exitUsage, says want on stderr without showing the password "hunter2" the
+// tables put in node URLs, and prints nothing on stdout.
+func wantUsageError(t *testing.T, want string, args ...string) {
+	t.Helper()
+	code, out, errOut := runCLI(t, args...)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, want)
+	assert.NotContains(t, errOut, "hunter2", "no password in messages")
+	assert.Empty(t, out)
 }

@@ -81,111 +81,155 @@ type Config struct {
 // SignalLag), else as SIGTERM. held reports whether the job exited on its
 // own with the lock held throughout.
 func Supervise(ctx context.Context, p Process, c Config) (code int, held bool) {
-	lease, stderr := c.Lease, c.Stderr
-	ctxDone, leaseDone := ctx.Done(), lease.Done()
-	var (
-		killTimer *time.Timer
-		kill      <-chan time.Time // fires when the job is to get SIGKILL
-		killAt    time.Time
-		killed    os.Signal // the forwarded signal after which the job was killed
-		got       os.Signal // the first signal forwarded to the job
-	)
-	// killWithin makes the job get SIGKILL at most d from now. A deadline
-	// already set stands if it is sooner: neither a second signal nor the
-	// loss of the lock postpones the SIGKILL.
-	killWithin := func(d time.Duration) {
-		at := time.Now().Add(d)
-		if killTimer != nil {
-			if !at.Before(killAt) {
-				return
-			}
-			killTimer.Stop()
-		}
-		killAt, killTimer = at, time.NewTimer(d)
-		kill = killTimer.C
-	}
-	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-	}()
-	forward := func(s os.Signal) {
-		p.Signal(s.(syscall.Signal))
-		if got == nil {
-			got = s
-			killWithin(c.Grace)
-		}
-	}
+	s := &supervisor{p: p, c: c}
+	defer s.stopKillTimer()
+	ctxDone, leaseDone := ctx.Done(), c.Lease.Done()
 	for {
 		select {
 		case st := <-p.Done():
-			if st.Err != nil {
-				fmt.Fprintf(stderr, "redlock exec: %v\n", st.Err)
-				return st.Code, false
-			}
-			if c.Verbose {
-				fmt.Fprintf(stderr, "redlock exec: COMMAND exited with status %d\n", st.Code)
-			}
-			switch err := lease.Err(); {
-			case err == nil && killed != nil:
-				fmt.Fprintf(stderr, "redlock exec: COMMAND killed %v after %v\n", c.Grace, killed)
-				return 128 + SignalNumber(killed), false
-			case err == nil:
-				return st.Code, got == nil
-			case leaseDone != nil: // lost as the job exited
-				fmt.Fprintf(stderr, "redlock exec: %v; COMMAND exited with status %d, but did not hold the lock throughout\n", err, st.Code)
-			default:
-				fmt.Fprintf(stderr, "redlock exec: COMMAND stopped with status %d after the lock was lost\n", st.Code)
-			}
-			return ExitLost, false
-		case s := <-c.Signals:
-			forward(s)
+			return s.exited(st, leaseDone != nil)
+		case sig := <-c.Signals:
+			s.forward(sig)
 		case <-ctxDone:
-			// Canceled by a signal handler, or by an embedding caller. A
-			// signal reaches c.Signals at about the same time as it cancels
-			// ctx, not necessarily before: give it a moment, and forward
-			// only it.
+			// Canceled by a signal handler, or by an embedding caller:
+			// forward only the signal that caused it.
 			ctxDone = nil
-			if got != nil {
+			if s.got != nil {
 				break
 			}
-			t := time.NewTimer(SignalLag)
-			select {
-			case s := <-c.Signals:
-				forward(s)
-			case <-t.C:
-				forward(syscall.SIGTERM)
+			sig := CancelSignal(c.Signals)
+			if sig == nil {
+				sig = syscall.SIGTERM
 			}
-			t.Stop()
+			s.forward(sig)
 		case <-leaseDone:
 			leaseDone = nil
-			if c.Mutant.ExecKeepsJob() { // chaos mutant hook
-				break
-			}
-			// Once the lock's validity has run out, another holder may take
-			// it: the job gets SIGKILL then at the latest, whatever Grace.
-			left := max(min(c.Grace, time.Until(lease.Lock().ValidUntil())), 0)
-			when := ""
-			if left < c.Grace {
-				when = ", when the lock's validity runs out"
-			}
-			fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
-			if qe := (*redlock.QuorumError)(nil); c.DescribeNodes != nil && errors.As(lease.Err(), &qe) {
-				fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
-				c.DescribeNodes(stderr, qe.Nodes)
-			}
-			p.Signal(syscall.SIGTERM)
-			killWithin(left)
-		case <-kill:
-			kill = nil
-			if lease.Err() == nil {
-				killed = got
-				fmt.Fprintf(stderr, "redlock exec: COMMAND still running %v after %v; sending SIGKILL\n", c.Grace, got)
-			} else {
-				fmt.Fprintf(stderr, "redlock exec: COMMAND still running after SIGTERM, the lock lost; sending SIGKILL\n")
-			}
-			p.Signal(syscall.SIGKILL)
+			s.lost()
+		case <-s.kill:
+			s.kill = nil
+			s.killNow()
 		}
+	}
+}
+
+// supervisor is Supervise's state between the events of its loop.
+type supervisor struct {
+	p Process
+	c Config
+
+	killTimer *time.Timer
+	kill      <-chan time.Time // fires when the job is to get SIGKILL
+	killAt    time.Time
+	killed    os.Signal // the forwarded signal after which the job was killed
+	got       os.Signal // the first signal forwarded to the job
+}
+
+// killWithin makes the job get SIGKILL at most d from now. A deadline
+// already set stands if it is sooner: neither a second signal nor the loss
+// of the lock postpones the SIGKILL.
+func (s *supervisor) killWithin(d time.Duration) {
+	at := time.Now().Add(d)
+	if s.killTimer != nil {
+		if !at.Before(s.killAt) {
+			return
+		}
+		s.killTimer.Stop()
+	}
+	s.killAt, s.killTimer = at, time.NewTimer(d)
+	s.kill = s.killTimer.C
+}
+
+func (s *supervisor) stopKillTimer() {
+	if s.killTimer != nil {
+		s.killTimer.Stop()
+	}
+}
+
+// forward passes sig on to the job's group; the first one forwarded starts
+// the grace period.
+func (s *supervisor) forward(sig os.Signal) {
+	s.p.Signal(sig.(syscall.Signal))
+	if s.got == nil {
+		s.got = sig
+		s.killWithin(s.c.Grace)
+	}
+}
+
+// exited returns the exit status of a job that ended with st. lossUnseen
+// says the loop had not seen the lease end: if it has ended, it ended as
+// the job exited.
+func (s *supervisor) exited(st Status, lossUnseen bool) (code int, held bool) {
+	stderr := s.c.Stderr
+	if st.Err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %v\n", st.Err)
+		return st.Code, false
+	}
+	if s.c.Verbose {
+		fmt.Fprintf(stderr, "redlock exec: COMMAND exited with status %d\n", st.Code)
+	}
+	switch err := s.c.Lease.Err(); {
+	case err == nil && s.killed != nil:
+		fmt.Fprintf(stderr, "redlock exec: COMMAND killed %v after %v\n", s.c.Grace, s.killed)
+		return 128 + SignalNumber(s.killed), false
+	case err == nil:
+		return st.Code, s.got == nil
+	case lossUnseen: // lost as the job exited
+		fmt.Fprintf(stderr, "redlock exec: %v; COMMAND exited with status %d, but did not hold the lock throughout\n", err, st.Code)
+	default:
+		fmt.Fprintf(stderr, "redlock exec: COMMAND stopped with status %d after the lock was lost\n", st.Code)
+	}
+	return ExitLost, false
+}
+
+// lost stops the job once the lease has ended: SIGTERM now, SIGKILL after
+// Grace or when the lock's validity runs out, whichever comes first (then
+// another holder may take the lock).
+func (s *supervisor) lost() {
+	if s.c.Mutant.ExecKeepsJob() { // chaos mutant hook
+		return
+	}
+	lease, stderr := s.c.Lease, s.c.Stderr
+	left := max(min(s.c.Grace, time.Until(lease.Lock().ValidUntil())), 0)
+	when := ""
+	if left < s.c.Grace {
+		when = ", when the lock's validity runs out"
+	}
+	fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
+	if qe := (*redlock.QuorumError)(nil); s.c.DescribeNodes != nil && errors.As(lease.Err(), &qe) {
+		fmt.Fprintln(stderr, "redlock exec: what each node answered to the last extension:")
+		s.c.DescribeNodes(stderr, qe.Nodes)
+	}
+	s.p.Signal(syscall.SIGTERM)
+	s.killWithin(left)
+}
+
+// killNow sends SIGKILL when the grace period, or the lock's validity, is
+// over.
+func (s *supervisor) killNow() {
+	if s.c.Lease.Err() == nil {
+		s.killed = s.got
+		fmt.Fprintf(s.c.Stderr, "redlock exec: COMMAND still running %v after %v; sending SIGKILL\n", s.c.Grace, s.got)
+	} else {
+		fmt.Fprintf(s.c.Stderr, "redlock exec: COMMAND still running after SIGTERM, the lock lost; sending SIGKILL\n")
+	}
+	s.p.Signal(syscall.SIGKILL)
+}
+
+// CancelSignal returns the signal that canceled a context, for a caller
+// that has just seen it canceled: a signal handler (signal.NotifyContext)
+// cancels it at about the same time as the signal reaches sigs, not
+// necessarily after. It waits up to SignalLag for a signal on sigs, and
+// returns nil if none came (the context was canceled by its caller). Reading
+// the signal here, and nowhere else once the context has ended, makes sigs
+// the one source of "which signal came".
+func CancelSignal(sigs <-chan os.Signal) os.Signal {
+	t := time.NewTimer(SignalLag)
+	defer t.Stop()
+	select {
+	case s := <-sigs:
+		return s
+	case <-t.C:
+		return nil
 	}
 }
 

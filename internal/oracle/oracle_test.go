@@ -1,4 +1,4 @@
-package chaos
+package oracle
 
 import (
 	"encoding/json"
@@ -9,7 +9,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/fencing"
 )
+
+// plainStore accepts every write, as chaos.PlainResource does.
+type plainStore struct{}
+
+func (plainStore) Write(uint64, string) bool { return true }
+
+// fencedStore refuses what fencing.Guard refuses, as chaos.FencedResource
+// does.
+type fencedStore struct{ g fencing.Guard }
+
+func (s *fencedStore) Write(token uint64, _ string) bool {
+	return s.g.Do(token, func() error { return nil }) == nil
+}
 
 // oracleAt returns the instant ms milliseconds after o started.
 func oracleAt(o *Oracle, ms int) time.Time {
@@ -170,7 +185,7 @@ func TestOracleWriteBeforeValidityEndDoesNotExtend(t *testing.T) {
 
 func TestOracleStaleWritesPlainVersusFenced(t *testing.T) {
 	o := NewOracle()
-	plain, fenced := NewPlainResource(), NewFencedResource()
+	plain, fenced := plainStore{}, &fencedStore{}
 	write := func(h HoldID, tok uint64, ms int) {
 		at := oracleAt(o, ms)
 		o.Wrote(h, ResourcePlain, tok, plain.Write(tok, "x"), at)
@@ -209,7 +224,7 @@ func TestOracleStaleWriteFencedWithoutTokens(t *testing.T) {
 	// Fencing off (token 0 everywhere): the fenced resource accepts the stale
 	// write and the oracle must say so.
 	o := NewOracle()
-	fenced := NewFencedResource()
+	fenced := &fencedStore{}
 	a := oracleHold(o, 0, 0, 0, 100)
 	b := oracleHold(o, 1, 0, 120, 220)
 	o.Wrote(b, ResourceFenced, 0, fenced.Write(0, "b"), oracleAt(o, 130))

@@ -1,4 +1,14 @@
-package chaos
+// Package oracle records what happened in one chaos trial (holds, writes,
+// node faults, notes) on a single process clock and judges it: overlapping
+// holds, stale writes accepted by each shared resource, fencing-token order,
+// acquire latency.
+//
+// It is the chaos harness's judge, kept apart from the harness so that the
+// judge's rules read on their own and the harness's surface stays small; the
+// etcd comparison (a module of its own below this repository) records its
+// trials with it too. Users of the harness see its output as chaos.Report
+// and chaos.History.
+package oracle
 
 import (
 	"cmp"
@@ -11,9 +21,9 @@ import (
 // any resource name; these two are the ones its Report summarises in fields of
 // their own.
 const (
-	// ResourcePlain names the unfenced resource (see PlainResource).
+	// ResourcePlain names the unfenced resource (chaos.PlainResource).
 	ResourcePlain = "plain"
-	// ResourceFenced names the fenced resource (see FencedResource).
+	// ResourceFenced names the fenced resource (chaos.FencedResource, a fencing.Guard).
 	ResourceFenced = "fenced"
 )
 
@@ -81,7 +91,7 @@ func NewOracle() *Oracle {
 func (o *Oracle) Start() time.Time { return o.start }
 
 // Declare states that the trial has clients numbered 0..clients-1 and nodes
-// numbered 0..nodes-1, so that History lists (and WriteSVG draws) a lane for
+// numbered 0..nodes-1, so that History lists (and chaos.WriteSVG draws) a lane for
 // each even if nothing was recorded for it. Clients and nodes that appear in
 // recorded events get lanes anyway. Values <= 0 declare none; calling Declare
 // again raises the counts, never lowers them.
@@ -556,7 +566,15 @@ func (o *Oracle) History() History {
 
 // analyze fills in the derived fields of h.
 func (h *History) analyze(declaredClients, declaredNodes int) {
-	// Lanes.
+	h.lanes(declaredClients, declaredNodes)
+	h.intervalEnds()
+	h.markStaleWrites()
+	h.findViolations()
+}
+
+// lanes lists the clients and nodes that get a timeline lane, and ends the
+// open faults at h.End.
+func (h *History) lanes(declaredClients, declaredNodes int) {
 	cs := map[int]bool{}
 	for i := range declaredClients {
 		cs[i] = true
@@ -582,8 +600,11 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 			h.Faults[i].ToMS = durMS(h.Faults[i].To)
 		}
 	}
+}
 
-	// Interval ends.
+// intervalEnds fills in each hold's believed end (validity or release) and
+// acted end (its last write, if later).
+func (h *History) intervalEnds() {
 	for i := range h.Holds {
 		x := &h.Holds[i]
 		x.BelievedEnd = x.ValidUntil
@@ -600,9 +621,12 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 		x := &h.Holds[i]
 		x.BelievedEndMS, x.ActedEndMS = durMS(x.BelievedEnd), durMS(x.ActedEnd)
 	}
+}
 
-	// Stale writes: per resource, in order of `at` (stable), remember the
-	// latest acquisition time among holds whose writes were accepted.
+// markStaleWrites flags the stale writes: per resource, in order of `at`
+// (stable), it remembers the latest acquisition time among holds whose
+// writes were accepted.
+func (h *History) markStaleWrites() {
 	order := make([]int, len(h.Writes))
 	for i := range order {
 		order[i] = i
@@ -627,8 +651,11 @@ func (h *History) analyze(declaredClients, declaredNodes int) {
 			seen[w.Resource] = newest{acq, true}
 		}
 	}
+}
 
-	// Violations: sweep holds by start of the acted interval.
+// findViolations lists the mutual-exclusion violations: a sweep of the holds
+// by the start of their acted intervals.
+func (h *History) findViolations() {
 	byStart := h.holdsByAcquired()
 	h.Violations = []Violation{}
 	for i, a := range byStart {
