@@ -46,8 +46,9 @@ const subscribeTimeout = 5 * time.Second
 // Each node gets at most one pub/sub connection, opened the first time an
 // Acquire waits and closed by Client.Close. A key's channel is subscribed on
 // every node while at least one Acquire of this Client waits for it, and
-// unsubscribed when the last one returns: subscriptions live only as long
-// as the waits (keys counts the waiters of each key).
+// unsubscribed subscriptionLinger after the last one returned (unless
+// another came meanwhile): subscriptions live only a little longer than the
+// waits (keys holds the waiters of each key).
 //
 // A waiter is woken when a majority (N/2+1) of nodes have announced the
 // same release (told apart by a hash of the owner value) since its last
@@ -83,8 +84,14 @@ type keyWaiters struct {
 	queue    []*lockWaiter // in order of arrival; the head is the one woken
 	clients  int           // Clients waiting for the key, as the last message said
 	released uint64        // releases announced by a majority of nodes so far
-	recent   [8]seenRelease
-	next     int // the slot of recent to reuse
+	// subscribed counts the nodes on which the key's SUBSCRIBE was
+	// written without error (see liveRetryFloor).
+	subscribed int
+	// linger unsubscribes the key subscriptionLinger after its last
+	// waiter left, unless another came meanwhile; nil until then.
+	linger *time.Timer
+	recent [8]seenRelease
+	next   int // the slot of recent to reuse
 }
 
 // seenRelease counts the nodes that announced one release.
@@ -135,6 +142,7 @@ type lockWaiter struct {
 	ch   string
 	kw   *keyWaiters
 	snap uint64        // kw.released when the current attempt began
+	live bool          // every node was subscribed when the current attempt began
 	wake chan struct{} // buffered: a majority released since snap
 }
 
@@ -250,8 +258,14 @@ func (n *notifier) reconcile(ns *nodeSub) {
 	defer cancel()
 	// go-redis records the channels even when the write fails, and
 	// subscribes to them again when it reconnects.
-	if len(add) > 0 {
-		_ = ns.ps.Subscribe(ctx, add...)
+	if len(add) > 0 && ns.ps.Subscribe(ctx, add...) == nil {
+		n.mu.Lock()
+		for _, ch := range add {
+			if kw := n.keys[ch]; kw != nil && ns.have[ch] {
+				kw.subscribed++
+			}
+		}
+		n.mu.Unlock()
 	}
 	if len(drop) > 0 {
 		_ = ns.ps.Unsubscribe(ctx, drop...)
@@ -275,6 +289,9 @@ func (n *notifier) deliver(i int, ch, payload string) {
 		return
 	}
 	kw.released++
+	if len(kw.queue) == 0 {
+		return // lingering: nobody waits now
+	}
 	if h := kw.queue[0]; h.ready() {
 		h.signal()
 	}
@@ -299,6 +316,7 @@ func (w *lockWaiter) mark() {
 	}
 	w.n.mu.Lock()
 	w.snap = w.kw.released
+	w.live = w.kw.subscribed >= len(w.n.c.nodes)
 	w.n.mu.Unlock()
 	select {
 	case <-w.wake: // a wake-up for the attempt that just ended
@@ -308,7 +326,9 @@ func (w *lockWaiter) mark() {
 
 // sleep waits for the retry delay d, until ctx ends, or, for the head waiter,
 // until a majority of nodes released the key since the last mark, whichever
-// comes first. It never waits longer than d.
+// comes first. It never waits longer than d, or liveRetryFloor when that is
+// longer and every node was subscribed to the key before the last attempt
+// began.
 func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
@@ -318,11 +338,15 @@ func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 		w.n.mu.Lock()
 		head := len(w.kw.queue) > 0 && w.kw.queue[0] == w
 		now := w.n.closed || head && w.ready()
+		live := w.live
 		w.n.mu.Unlock()
 		if now {
 			return // released during the attempt, or the Client closed
 		}
 		wake = w.wake
+		if live {
+			d = max(d, liveRetryFloor)
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -341,9 +365,24 @@ func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// subscriptionLinger is how long a key stays subscribed after its last
+// waiter left.
+const subscriptionLinger = time.Second
+
+// liveRetryFloor is the shortest retry delay of a waiter whose Client was
+// subscribed to the key's release channel on every node before its attempt
+// began. Such a waiter learns of every release that deletes the key on a
+// majority of nodes, so its retry delay only matters for a key that expires
+// (its holder stopped without releasing) or a message lost with its
+// connection: polling sooner would only add failed attempts, each costing a
+// call and a clean-up on every node, while the key is held. The subscription
+// is counted as live once its SUBSCRIBE was written, before the node
+// confirms it: a release that slips between the two is found by this delay.
+const liveRetryFloor = 100 * time.Millisecond
+
 // perRelease is how many of the Clients waiting for a key try it, on
 // average, after each release.
-const perRelease = 2
+const perRelease = 1
 
 // takes decides whether the woken waiter tries the key now. Every Client
 // waiting for the key was woken by the same release, and all but one of
@@ -376,11 +415,21 @@ func (w *lockWaiter) leave(acquired bool) {
 		kw.queue = slices.Delete(kw.queue, i, i+1)
 	}
 	if len(kw.queue) == 0 {
-		if n.keys[w.ch] == kw {
+		if n.keys[w.ch] != kw {
+			return
+		}
+		if n.closed {
 			delete(n.keys, w.ch)
-			if !n.closed {
-				n.kickAll()
-			}
+			return
+		}
+		// Keep the subscription a while: a Client that waits for a key
+		// often waits for it again soon (it released it, or another of its
+		// calls comes), and finds the subscription live.
+		if kw.linger == nil {
+			ch := w.ch
+			kw.linger = time.AfterFunc(subscriptionLinger, func() { n.drop(ch, kw) })
+		} else {
+			kw.linger.Reset(subscriptionLinger)
 		}
 		return
 	}
@@ -392,6 +441,18 @@ func (w *lockWaiter) leave(acquired bool) {
 			h.signal()
 		}
 	}
+}
+
+// drop forgets key channel ch, and unsubscribes from it, if nobody waited
+// for it since its last waiter left.
+func (n *notifier) drop(ch string, kw *keyWaiters) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || len(kw.queue) > 0 || n.keys[ch] != kw {
+		return
+	}
+	delete(n.keys, ch)
+	n.kickAll()
 }
 
 // close ends the pub/sub connections and their goroutines, and wakes every
@@ -408,6 +469,9 @@ func (n *notifier) close() {
 	for _, kw := range n.keys {
 		for _, w := range kw.queue {
 			w.signal()
+		}
+		if kw.linger != nil {
+			kw.linger.Stop()
 		}
 	}
 	if started {

@@ -56,7 +56,10 @@ func TestAcquire_WokenByRelease(t *testing.T) {
 		require.Equal(t, time.Second, time.Since(start), "acquired right after the release")
 		require.Equal(t, 2, l.Attempts())
 		synctest.Wait()
-		require.Equal(t, []int{0, 0, 0}, c.numSub("job"), "unsubscribed once the wait ended")
+		require.Equal(t, []int{1, 1, 1}, c.numSub("job"), "the subscription lingers after the wait")
+		time.Sleep(redlock.SubscriptionLinger)
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numSub("job"), "unsubscribed a linger after the wait ended")
 		keys, subs := redlock.NotifyState(other)
 		require.Zero(t, keys)
 		require.Zero(t, subs)
@@ -106,6 +109,7 @@ func TestAcquire_WithoutReleaseMessageFallsBackToRetryPolicy(t *testing.T) {
 				l := <-got
 				require.Equal(t, tc.wantAfter, time.Since(start))
 				require.Equal(t, 2, l.Attempts())
+				time.Sleep(redlock.SubscriptionLinger)
 				synctest.Wait()
 				require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
 				require.NoError(t, l.Release(ctx))
@@ -204,6 +208,7 @@ func TestAcquire_WaitersOfOneClientInOrder(t *testing.T) {
 		// retry delay, and only the head of the queue was woken each time:
 		// two attempts each.
 		require.Equal(t, "w0@1.004s/2 w1@1.104s/2 w2@1.204s/2 w3@1.304s/2", strings.Join(order, " "))
+		time.Sleep(redlock.SubscriptionLinger)
 		synctest.Wait()
 		require.Equal(t, []int{0, 0, 0}, c.numSub("job"))
 	})
@@ -236,6 +241,7 @@ func TestAcquire_ReleaseSubscriptionsDoNotAccumulate(t *testing.T) {
 			require.Equal(t, 2, l.Attempts(), key)
 			require.NoError(t, l.Release(ctx))
 		}
+		time.Sleep(redlock.SubscriptionLinger)
 		synctest.Wait()
 		keys, subs := redlock.NotifyState(other)
 		require.Zero(t, keys)
@@ -358,8 +364,30 @@ func TestAcquire_WokenClientsThinOut(t *testing.T) {
 		})
 		require.NoError(t, held.Release(ctx))
 		synctest.Wait() // the woken Clients' attempts; a winner holds 1 s
-		// Binomial(10, 0.2): 10 attempts has a probability of 1e-7.
+		// Binomial(10, 0.1): 10 attempts has a probability of 1e-10.
 		require.Less(t, attempts.Load(), int32(k), "every woken Client tried")
 		wg.Wait()
+	})
+}
+
+// A waiter subscribed on every node polls no sooner than the live retry
+// floor, whatever its policy: the key here is never released (it expires
+// after 1 s), and a 10 ms policy would make about 100 attempts.
+func TestAcquire_SubscribedWaiterPollsAtTheFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Second, 0, 1, 2)
+		start := time.Now()
+		l, err := c.rl.Acquire(ctx, "job", time.Minute, redlock.WithRetry(redlock.LinearRetry(10*time.Millisecond, 0, 0)))
+		require.NoError(t, err)
+		waited := time.Since(start)
+		require.GreaterOrEqual(t, waited, time.Second)
+		require.LessOrEqual(t, waited, time.Second+redlock.LiveRetryFloor+10*time.Millisecond, "found the expired key within a floor")
+		// Attempt 1 at 0, attempt 2 at 10 ms (not yet subscribed when
+		// attempt 1 began), then one per floor.
+		require.LessOrEqual(t, l.Attempts(), 2+int(time.Second/redlock.LiveRetryFloor)+1)
+		require.NoError(t, l.Release(ctx))
 	})
 }
