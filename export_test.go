@@ -32,12 +32,9 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 // on for lock key name (prefix included).
 var ReleaseChannel = releaseChannel
 
-// SubscriptionLinger and LiveRetryFloor are the wake-up's constants
-// (notify.go).
-const (
-	SubscriptionLinger = subscriptionLinger
-	LiveRetryFloor     = liveRetryFloor
-)
+// SubscriptionLinger is how long a key stays subscribed after its last
+// waiter left (notify.go).
+const SubscriptionLinger = subscriptionLinger
 
 // NotifyState returns how many keys c's waiters wait for, and how many
 // channels its pub/sub connections are subscribed to, summed over nodes

@@ -84,9 +84,6 @@ type keyWaiters struct {
 	queue    []*lockWaiter // in order of arrival; the head is the one woken
 	clients  int           // Clients waiting for the key, as the last message said
 	released uint64        // releases announced by a majority of nodes so far
-	// subscribed counts the nodes on which the key's SUBSCRIBE was
-	// written without error (see liveRetryFloor).
-	subscribed int
 	// linger unsubscribes the key subscriptionLinger after its last
 	// waiter left, unless another came meanwhile; nil until then.
 	linger *time.Timer
@@ -142,7 +139,6 @@ type lockWaiter struct {
 	ch   string
 	kw   *keyWaiters
 	snap uint64        // kw.released when the current attempt began
-	live bool          // every node was subscribed when the current attempt began
 	wake chan struct{} // buffered: a majority released since snap
 }
 
@@ -258,14 +254,8 @@ func (n *notifier) reconcile(ns *nodeSub) {
 	defer cancel()
 	// go-redis records the channels even when the write fails, and
 	// subscribes to them again when it reconnects.
-	if len(add) > 0 && ns.ps.Subscribe(ctx, add...) == nil {
-		n.mu.Lock()
-		for _, ch := range add {
-			if kw := n.keys[ch]; kw != nil && ns.have[ch] {
-				kw.subscribed++
-			}
-		}
-		n.mu.Unlock()
+	if len(add) > 0 {
+		_ = ns.ps.Subscribe(ctx, add...)
 	}
 	if len(drop) > 0 {
 		_ = ns.ps.Unsubscribe(ctx, drop...)
@@ -316,7 +306,6 @@ func (w *lockWaiter) mark() {
 	}
 	w.n.mu.Lock()
 	w.snap = w.kw.released
-	w.live = w.kw.subscribed >= len(w.n.c.nodes)
 	w.n.mu.Unlock()
 	select {
 	case <-w.wake: // a wake-up for the attempt that just ended
@@ -326,9 +315,7 @@ func (w *lockWaiter) mark() {
 
 // sleep waits for the retry delay d, until ctx ends, or, for the head waiter,
 // until a majority of nodes released the key since the last mark, whichever
-// comes first. It never waits longer than d, or liveRetryFloor when that is
-// longer and every node was subscribed to the key before the last attempt
-// began.
+// comes first. It never waits longer than d.
 func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
@@ -338,15 +325,11 @@ func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 		w.n.mu.Lock()
 		head := len(w.kw.queue) > 0 && w.kw.queue[0] == w
 		now := w.n.closed || head && w.ready()
-		live := w.live
 		w.n.mu.Unlock()
 		if now {
 			return // released during the attempt, or the Client closed
 		}
 		wake = w.wake
-		if live {
-			d = max(d, liveRetryFloor)
-		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -368,17 +351,6 @@ func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 // subscriptionLinger is how long a key stays subscribed after its last
 // waiter left.
 const subscriptionLinger = time.Second
-
-// liveRetryFloor is the shortest retry delay of a waiter whose Client was
-// subscribed to the key's release channel on every node before its attempt
-// began. Such a waiter learns of every release that deletes the key on a
-// majority of nodes, so its retry delay only matters for a key that expires
-// (its holder stopped without releasing) or a message lost with its
-// connection: polling sooner would only add failed attempts, each costing a
-// call and a clean-up on every node, while the key is held. The subscription
-// is counted as live once its SUBSCRIBE was written, before the node
-// confirms it: a release that slips between the two is found by this delay.
-const liveRetryFloor = 100 * time.Millisecond
 
 // perRelease is how many of the Clients waiting for a key try it, on
 // average, after each release.
@@ -424,7 +396,7 @@ func (w *lockWaiter) leave(acquired bool) {
 		}
 		// Keep the subscription a while: a Client that waits for a key
 		// often waits for it again soon (it released it, or another of its
-		// calls comes), and finds the subscription live.
+		// calls comes), and then finds it subscribed already.
 		if kw.linger == nil {
 			ch := w.ch
 			kw.linger = time.AfterFunc(subscriptionLinger, func() { n.drop(ch, kw) })

@@ -369,25 +369,3 @@ func TestAcquire_WokenClientsThinOut(t *testing.T) {
 		wg.Wait()
 	})
 }
-
-// A waiter subscribed on every node polls no sooner than the live retry
-// floor, whatever its policy: the key here is never released (it expires
-// after 1 s), and a 10 ms policy would make about 100 attempts.
-func TestAcquire_SubscribedWaiterPollsAtTheFloor(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		c.holdElsewhere(t, "job", time.Second, 0, 1, 2)
-		start := time.Now()
-		l, err := c.rl.Acquire(ctx, "job", time.Minute, redlock.WithRetry(redlock.LinearRetry(10*time.Millisecond, 0, 0)))
-		require.NoError(t, err)
-		waited := time.Since(start)
-		require.GreaterOrEqual(t, waited, time.Second)
-		require.LessOrEqual(t, waited, time.Second+redlock.LiveRetryFloor+10*time.Millisecond, "found the expired key within a floor")
-		// Attempt 1 at 0, attempt 2 at 10 ms (not yet subscribed when
-		// attempt 1 began), then one per floor.
-		require.LessOrEqual(t, l.Attempts(), 2+int(time.Second/redlock.LiveRetryFloor)+1)
-		require.NoError(t, l.Release(ctx))
-	})
-}
