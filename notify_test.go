@@ -369,3 +369,31 @@ func TestAcquire_WokenClientsThinOut(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A test node's subscriber that does not read (go-redis's pub/sub reader
+// sleeps 100 ms after a failed read) stops no bubble's clock while messages
+// are published to it. On a bare net.Pipe, miniredis's reply write blocks
+// holding the connection's mutex, the publish goroutine waits on that mutex
+// (not durably blocked), and fake time stops: this test, and
+// TestLockInvariants, hung.
+func TestTestNode_SubscriberThatDoesNotReadStopsNoClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 1)
+		nd := c.nodes[0]
+		conn, err := nd.dial()
+		require.NoError(t, err)
+		defer func() { _ = conn.Close() }()
+		_, err = conn.Write([]byte("*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n"))
+		require.NoError(t, err)
+		synctest.Wait() // subscribed; the reply is never read
+		for range 3 {
+			n, err := nd.rc.Publish(ctx, "ch", "released").Result()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n, "one subscriber")
+		}
+		start := time.Now()
+		time.Sleep(time.Second)
+		require.Equal(t, time.Second, time.Since(start))
+	})
+}
