@@ -13,6 +13,60 @@ import (
 
 // acquire is Acquire's retry loop around attempt.
 func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {
+	keys, err := checkAcquire(key, ttl, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		calls voteCalls // the latest attempt's node calls
+		last  *QuorumError
+		// w is this call's place among the waiters for the key, joined at
+		// its first retry delay, so that a release cuts the delay short
+		// (notify.go).
+		w   *lockWaiter
+		won bool
+	)
+	defer func() { w.leave(won) }()
+	for attempt := 1; ; attempt++ {
+		// An attempt starts only once the last one's node calls have ended
+		// (its clean-up included; they ran during the retry delay): attempts
+		// never overlap on a node, so the clean-up has deleted the last
+		// attempt's key before the next SET NX could find it, and a long
+		// wait holds one attempt's calls, goroutines and pooled connections
+		// whatever the number of attempts.
+		calls.wait()
+		if c.closed.Load() {
+			return nil, ErrClosed
+		}
+		w.mark()
+		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
+		if err == nil {
+			won = true
+			// The stragglers of this attempt, and the clean-up of the failed
+			// ones, may still run: they end in the background, tracked by
+			// the Client (voteQuorum), so Close waits for them.
+			lock.attempts = attempt
+			return lock, nil
+		}
+		if !errors.As(err, &last) {
+			return nil, err // the owner generator failed: nothing was sent
+		}
+		last.Attempts = attempt
+		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w) {
+			break
+		}
+	}
+	calls.wait()
+	if err := callerEnded(ctx); err != nil && last.Cause == nil {
+		last.Cause = err
+	}
+	return nil, last
+}
+
+// checkAcquire checks Acquire's arguments before any node is asked, and
+// returns the keys of the lock: the lock key, its fencing counter and its
+// epoch.
+func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
@@ -26,77 +80,44 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	if err := checkKeyName(name); err != nil {
 		return nil, err
 	}
-	keys := []string{name, fenceKey(name), epochKey(name)}
+	return []string{name, fenceKey(name), epochKey(name)}, nil
+}
 
-	var (
-		// calls holds the node-call batches of the latest attempt: its vote,
-		// write-back and clean-up, each closed once its node calls ended.
-		calls []<-chan struct{}
-		last  *QuorumError
-	)
-	// waitAll waits for every node call of the latest attempt (each bounded
-	// by the per-node timeout), then forgets them.
-	waitAll := func() {
-		for _, done := range calls {
-			<-done
-		}
-		clear(calls)
-		calls = calls[:0]
+// waitRetry waits the retry policy's delay after a failed attempt, and
+// reports whether to make another: not once ctx ended or the policy gave up.
+// A release that a majority of nodes announce cuts the delay short: *w
+// joins the waiters for lock key name at the first delay (notify.go).
+func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter) bool {
+	if ctx.Err() != nil {
+		return false
 	}
-	// w is this call's place among the waiters for the key: joined after
-	// the first failed attempt, so that a release wakes it (notify.go).
-	var w *lockWaiter
-	won := false
-	defer func() { w.leave(won) }()
-	for attempt := 1; ; attempt++ {
-		// An attempt starts only once the last one's node calls have ended
-		// (its clean-up included; they ran during the retry delay): attempts
-		// never overlap on a node, so the clean-up has deleted the last
-		// attempt's key before the next SET NX could find it, and a long
-		// wait holds one attempt's calls, goroutines and pooled connections
-		// whatever the number of attempts.
-		waitAll()
-		if c.closed.Load() {
-			return nil, ErrClosed
-		}
-		w.mark()
-		lock, qerr, started, err := c.attempt(ctx, key, keys, ttl, cfg, calls)
-		calls = started
-		if err != nil { // the owner generator failed: nothing was sent
-			return nil, err
-		}
-		if lock != nil {
-			// The stragglers of this attempt, and the clean-up of the failed
-			// ones, may still run: they end in the background, tracked by
-			// the Client (vote), so Close waits for them.
-			won = true
-			lock.attempts = attempt
-			lock.state = &lockState{}
-			return lock, nil
-		}
-		last = qerr
-		last.Attempts = attempt
-		if ctx.Err() != nil {
-			break
-		}
-		delay, ok := cfg.retry.NextRetry(attempt)
-		if !ok {
-			break
-		}
-		if w == nil && delay > 0 {
-			w = c.notify.join(name)
-		}
-		// The delay, cut short when a majority of nodes announce a release.
-		w.sleep(ctx, delay)
-		if ctx.Err() != nil {
-			break
-		}
+	delay, ok := retry.NextRetry(attempt)
+	if !ok {
+		return false
 	}
-	waitAll()
-	if err := callerEnded(ctx); err != nil && last.Cause == nil {
-		last.Cause = err
+	if *w == nil && delay > 0 {
+		*w = c.notify.join(name)
 	}
-	return nil, last
+	(*w).sleep(ctx, delay)
+	return ctx.Err() == nil
+}
+
+// voteCalls holds the done channels of the votes one attempt started (its
+// vote, write-back and clean-up), each closed once that vote's node calls
+// have all ended.
+type voteCalls []<-chan struct{}
+
+// add tracks one more vote.
+func (vc *voteCalls) add(done <-chan struct{}) { *vc = append(*vc, done) }
+
+// wait waits for every node call of the votes tracked (each bounded by the
+// per-node timeout), then forgets them.
+func (vc *voteCalls) wait() {
+	for _, done := range *vc {
+		<-done
+	}
+	clear(*vc)
+	*vc = (*vc)[:0]
 }
 
 // errShed is the error of a call not sent to a node because that node
@@ -118,27 +139,25 @@ type acquisition struct {
 	c          *Client
 	cfg        config
 	ctx        context.Context // the caller's: pass on only its values (context.WithoutCancel), made where needed
+	key        string          // as the caller named it
 	keys       []string
+	ttl        time.Duration
 	owner      string
-	ttlMs      string
 	timeout    time.Duration
 	quarantine time.Duration // 0: guard off
-	seed       string        // proposed seed of new counters (µs), see seedProposal
-	seedNext   string        // seed + 1
-	released   *atomic.Bool  // shared with the Lock: set before Release deletes
+	// shared is the state the Lock will point to: whether it was released,
+	// and which nodes' acquire calls have returned.
+	shared *lockState
 	// decided is closed by decide: the attempt's calls still waiting for
 	// a node's turn (nodequeue.go) are then not sent. A straggler would
 	// only set a key to be written back or deleted, and the Lock's Release
 	// would wait for it.
 	decided chan struct{}
-	// replied[i] is closed once node i's acquire call has returned: its
-	// SET has run, or the call failed. Release sends node i its delete only
-	// then, so a delete never overtakes its own SET.
-	replied []chan struct{}
-	// unsent[i] is set, before replied[i] is closed, when the acquire
-	// call was not sent to node i because of its backlog (Client.enter):
-	// node i then needs no delete. Read it only once replied[i] is closed.
-	unsent []bool
+	// start is when the attempt started, the origin of its validity time;
+	// voteCtx the context of its vote and write-back (nodequeue.go:
+	// withQueueBy).
+	start   time.Time
+	voteCtx context.Context
 	// running[i] is 0 while node i's acquire call runs, 1 once it was
 	// counted late (still running when the vote was decided: node.late),
 	// 2 once it ended.
@@ -228,12 +247,13 @@ func (a *acquisition) decide(st int32, token uint64) {
 
 // settle finishes a late grant on its node. After a failure the key is
 // deleted (the SET ran before this reply, the clean-up's delete may have run
-// before the SET). After a release nothing is left to do: Release sends this
-// node its delete only once this reply has arrived (Lock.replied). After a success the node gets what the granting nodes
-// got: the token written back if its counter is below it, and, with the
-// guard on, the holder's vouching if its epoch is not trusted (however late
-// the grant, it holds this holder's key, so it has forgotten nothing that
-// still matters; docs/fencing.md).
+// before the SET). After a release nothing is left to do: Release sends
+// this node its delete only once this reply has arrived
+// (lockState.replied). After a success the node gets what the granting
+// nodes got: the token written back if its counter is below it, and, with
+// the guard on, the holder's vouching if its epoch is not trusted (however
+// late the grant, it holds this holder's key, so it has forgotten nothing
+// that still matters; docs/fencing.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.idx]
 	if st == failed {
@@ -242,7 +262,7 @@ func (a *acquisition) settle(r reply, st int32, token uint64) {
 		a.c.releaseOp(ctx, n, a.keys[:1], a.owner)
 		return
 	}
-	if a.released.Load() {
+	if a.shared.released.Load() {
 		return
 	}
 	lift := a.cfg.fencing && r.counter < token
@@ -268,81 +288,18 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 	return reply{code: code, err: err}
 }
 
-// attempt makes one acquisition attempt. It returns the lock, or the reason
-// it failed, and calls (the done channels of earlier attempts' votes still
-// running) with those of the votes it started appended (each closed once
-// that vote's node calls have all ended); err is set (and nothing sent) only
-// when the owner generator failed.
-func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config, calls []<-chan struct{}) (*Lock, *QuorumError, []<-chan struct{}, error) {
-	owner, err := cfg.owner()
-	if err == nil && owner == "" {
-		// A generator that returns "" is misconfigured, not unlucky: every
-		// holder would share that value and release each other's locks.
-		return nil, nil, calls, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
-	}
+// attempt makes one acquisition attempt, in the steps of the Redlock spec
+// with fencing and the amnesia guard: start it, vote, count the votes (the
+// guard's first-use rule), write the token back, check the validity time,
+// then hand out the Lock or clean up. It returns the Lock, or a
+// *QuorumError when the nodes did not grant it, or (nothing sent) the owner
+// generator's error. The votes it starts are added to calls.
+func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config, calls *voteCalls) (*Lock, error) {
+	a, err := c.startAttempt(ctx, key, keys, ttl, cfg)
 	if err != nil {
-		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
-		return nil, nil, calls, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+		return nil, err
 	}
-	a := &acquisition{
-		c: c, cfg: cfg, ctx: ctx, keys: keys, owner: owner,
-		ttlMs: strconv.FormatInt(ttl.Milliseconds(), 10), timeout: cfg.timeoutFor(ttl),
-		released: new(atomic.Bool),
-	}
-	if cfg.quarantine > 0 {
-		a.quarantine = max(cfg.quarantine, ttl)
-	}
-	a.seed, a.seedNext = seedProposal(time.Now())
-	qMs := "-1" // guard off
-	if a.quarantine > 0 {
-		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
-	}
-	fence := "0"
-	if cfg.fencing {
-		fence = "1"
-	}
-	a.call = newScriptCall(acquireScript, keys, owner, a.ttlMs, qMs, retentionMs(cfg), fence, a.seed, a.seedNext).forNodes(len(c.nodes))
-
-	start := time.Now()
-	a.expires = start.Add(ttl)
-	// On the nodes Dial connected to, a call may wait for a free connection
-	// (nodequeue.go) as long as an answer could still leave the lock some
-	// validity, and until the attempt is decided; the wait counts in the
-	// elapsed time, measured from start.
-	if c.queued {
-		a.decided = make(chan struct{})
-	}
-	voteCtx := c.withQueueBy(ctx, start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
-	a.replied, a.unsent = make([]chan struct{}, len(c.nodes)), make([]bool, len(c.nodes))
-	a.running = make([]atomic.Int32, len(c.nodes))
-	for i := range a.replied {
-		a.replied[i] = make(chan struct{})
-	}
-	acq, doneAcq := c.vote(voteCtx, a.timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		defer close(a.replied[n.idx])
-		defer func() {
-			if a.running[n.idx].Swap(2) == 1 {
-				n.late.Add(-1)
-			}
-		}()
-		exit, ok := c.enter(n, true)
-		if !ok {
-			a.unsent[n.idx] = true
-			return reply{err: errShed}
-		}
-		defer exit()
-		r := a.grant(ctx, n)
-		if errors.Is(r.err, errNotSent) {
-			a.unsent[n.idx] = true // the node's queue dropped it: no clean-up
-		}
-		return r
-	}, a.late)
-	started := append(calls, doneAcq)
-	for i, n := range c.nodes {
-		if a.running[i].CompareAndSwap(0, 1) { // a straggler
-			n.late.Add(1)
-		}
-	}
+	acq := a.vote(calls)
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -351,48 +308,176 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		wroteBack bool
 	)
 	if ok && cfg.fencing {
-		token = grants.token()
-		if wroteBack = !grants.agreed(c.quorum); wroteBack {
-			fence, done := a.writeBack(voteCtx, grants, token)
-			started = append(started, done)
-			if fence.granted < c.quorum {
-				ok, cause = false, writeBackError(fence, grants, token, c.quorum)
-			}
-		}
+		token, wroteBack, cause = a.fence(grants, calls)
+		ok = cause == nil
 	}
 	acquiredAt := time.Now()
-	start = cfg.mutant.AcquireStart(start, acquiredAt) // chaos mutant hook
-	validity := Validity(ttl, acquiredAt.Sub(start), cfg.driftFactor)
-	if ok && validity <= 0 {
-		ok = false
-		cause = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", acquiredAt.Sub(start).Round(time.Microsecond), ttl)
+	validity, ranOut := a.validity(acquiredAt)
+	if ok && ranOut != nil {
+		ok, cause = false, ranOut
 	}
-	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(start), validity, ttl, cause)
-
-	if ok {
-		a.decide(succeeded, token)
-		a.finishGrants(grants, token, wroteBack)
-		return &Lock{
-			client: c, cfg: cfg, key: key, keys: keys, owner: owner, token: token,
-			vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: ttl,
-			acquiredAt: acquiredAt, validUntil: start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-			nodes: acq.results, released: a.released, replied: a.replied, unsent: a.unsent,
-		}, nil, started, nil
+	c.observeAttempt(ctx, cfg, key, ok, acq, acquiredAt.Sub(a.start), validity, ttl, cause)
+	if !ok {
+		return nil, a.fail(acq, cause, calls)
 	}
+	return a.handOut(acq, grants, token, wroteBack, acquiredAt), nil
+}
 
-	// Failed: release on every node that may hold our key: all but those
-	// that answered "taken". The Redlock spec unlocks every instance, since
-	// a node whose reply was lost may have set the key; a "taken" reply is
-	// no such node: it is the answer to our only SET there (go-redis never
-	// re-sends a command, see tuneOptions), and the SET did not apply. Under
-	// contention that spares every loser a delete on most nodes. The calls
-	// may wait for a connection until the keys would have expired anyway.
+// startAttempt draws the attempt's owner value and prepares what its node
+// calls share. A generator that fails, or returns "", is an error: nothing
+// is sent.
+func (c *Client) startAttempt(ctx context.Context, key string, keys []string, ttl time.Duration, cfg config) (*acquisition, error) {
+	owner, err := cfg.owner()
+	if err == nil && owner == "" {
+		// A generator that returns "" is misconfigured, not unlucky: every
+		// holder would share that value and release each other's locks.
+		return nil, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
+	}
+	if err != nil {
+		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
+		return nil, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+	}
+	a := &acquisition{
+		c: c, cfg: cfg, ctx: ctx, key: key, keys: keys, ttl: ttl, owner: owner,
+		timeout: cfg.timeoutFor(ttl), shared: newLockState(len(c.nodes)),
+	}
+	if cfg.quarantine > 0 {
+		a.quarantine = max(cfg.quarantine, ttl)
+	}
+	a.call = a.acquireCall()
+	a.start = time.Now()
+	a.expires = a.start.Add(ttl)
+	// On the nodes Dial connected to, a call may wait for a free connection
+	// (nodequeue.go) as long as an answer could still leave the lock some
+	// validity, and until the attempt is decided; the wait counts in the
+	// elapsed time, measured from start.
+	if c.queued {
+		a.decided = make(chan struct{})
+	}
+	a.voteCtx = c.withQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
+	a.running = make([]atomic.Int32, len(c.nodes))
+	return a, nil
+}
+
+// acquireCall is the acquire script's command, the same for every node:
+// the owner, the TTL, the guard's quarantine (-1: off), the retention,
+// fencing on or off, and the proposed seed of new counters.
+func (a *acquisition) acquireCall() *scriptCall {
+	qMs := "-1" // guard off
+	if a.quarantine > 0 {
+		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
+	}
+	fence := "0"
+	if a.cfg.fencing {
+		fence = "1"
+	}
+	seed, seedNext := seedProposal(time.Now())
+	ttlMs := strconv.FormatInt(a.ttl.Milliseconds(), 10)
+	return newScriptCall(acquireScript, a.keys, a.owner, ttlMs, qMs, retentionMs(a.cfg), fence, seed, seedNext).forNodes(len(a.c.nodes))
+}
+
+// vote asks every node for the key and decides at the quorum; the node
+// calls still running then are counted as stragglers (node.late).
+func (a *acquisition) vote(calls *voteCalls) *tally {
+	c := a.c
+	acq, done := c.voteQuorum(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
+		defer close(a.shared.replied[n.idx])
+		defer func() {
+			if a.running[n.idx].Swap(2) == 1 {
+				n.late.Add(-1)
+			}
+		}()
+		ok := c.enter(n, true)
+		if !ok {
+			a.shared.unsent[n.idx] = true
+			return reply{err: errShed}
+		}
+		defer n.exit()
+		r := a.grant(ctx, n)
+		if errors.Is(r.err, errNotSent) {
+			a.shared.unsent[n.idx] = true // the node's queue dropped it: no clean-up
+		}
+		return r
+	}, a.late)
+	calls.add(done)
+	for i, n := range c.nodes {
+		if a.running[i].CompareAndSwap(0, 1) { // a straggler
+			n.late.Add(1)
+		}
+	}
+	return acq
+}
+
+// fence derives the fencing token from the grants and, unless a quorum of
+// them already returned it, writes it back: the lock is handed out only
+// once a majority holds the token. cause says why a write-back fell short.
+func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wroteBack bool, cause error) {
+	token = grants.token()
+	if grants.agreed(a.c.quorum) {
+		return token, false, nil
+	}
+	fence, done := a.writeBack(a.voteCtx, grants, token)
+	calls.add(done)
+	if fence.granted < a.c.quorum {
+		cause = writeBackError(fence, grants, token, a.c.quorum)
+	}
+	return token, true, cause
+}
+
+// validity is the validity time the attempt leaves at acquiredAt, the
+// Redlock spec's TTL − elapsed − clock drift; ranOut says so when none is
+// left, and the lock must then not be handed out.
+func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ranOut error) {
+	a.start = a.cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
+	elapsed := acquiredAt.Sub(a.start)
+	validity = Validity(a.ttl, elapsed, a.cfg.driftFactor)
+	if validity <= 0 {
+		ranOut = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", elapsed.Round(time.Microsecond), a.ttl)
+	}
+	return validity, ranOut
+}
+
+// handOut ends a successful attempt: the late grants and the grants that
+// still need the token or vouching get them in the background, and the
+// caller gets the Lock.
+func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, wroteBack bool, acquiredAt time.Time) *Lock {
+	a.decide(succeeded, token)
+	a.finishGrants(grants, token, wroteBack)
+	return &Lock{
+		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
+		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
+		acquiredAt: acquiredAt, validUntil: a.start.Add(a.ttl - Drift(a.ttl, a.cfg.driftFactor)),
+		nodes: acq.results, state: a.shared,
+	}
+}
+
+// fail ends a failed attempt: its key is deleted in the background where
+// its SET may have applied (cleanUp), and the caller gets the
+// *QuorumError, whose cause is the caller's context error if no other.
+func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumError {
 	a.decide(failed, 0)
-	rel := newScriptCall(releaseScript, keys[:1], owner).forNodes(len(c.nodes))
-	_, doneRel := c.vote(c.withQueueBy(context.WithoutCancel(ctx), start.Add(ttl), nil), a.timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	calls.add(a.cleanUp(acq))
+	if cause == nil {
+		cause = callerEnded(a.ctx)
+	}
+	return newQuorumError(OpAcquire, a.key, a.c.quorum, acq, ErrNotAcquired, cause)
+}
+
+// cleanUp releases the failed attempt's key on every node that may hold
+// it: all but those that answered "taken". The Redlock spec unlocks every
+// instance, since a node whose reply was lost may have set the key; a
+// "taken" reply is no such node: it is the answer to our only SET there
+// (go-redis never re-sends a command, see tuneOptions), and the SET did not
+// apply. Under contention that spares every loser a delete on most nodes.
+// The calls may wait for a connection until the keys would have expired
+// anyway.
+func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
+	c := a.c
+	rel := newScriptCall(releaseScript, a.keys[:1], a.owner).forNodes(len(c.nodes))
+	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), a.start.Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
 		select {
-		case <-a.replied[n.idx]:
-			if a.unsent[n.idx] {
+		case <-a.shared.replied[n.idx]:
+			if a.shared.unsent[n.idx] {
 				return reply{err: errShed} // nothing was sent: nothing to delete
 			}
 		default:
@@ -400,19 +485,12 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		if acq.results[n.idx].Outcome == OutcomeTaken {
 			return reply{code: codeTaken} // our SET did not apply there
 		}
-		exit, _ := c.enter(n, false)
-		defer exit()
+		c.enter(n, false)
+		defer n.exit()
 		code, err := rel.run(ctx, n).Int64()
 		return reply{code: code, err: err}
-	}, nil)
-	started = append(started, doneRel)
-	if cause == nil {
-		cause = callerEnded(ctx)
-	}
-	return nil, &QuorumError{
-		Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: acq.granted,
-		Nodes: acq.results, Err: ErrNotAcquired, Cause: cause,
-	}, started, nil
+	})
+	return done
 }
 
 // countVotes applies the amnesia guard's first-use rule to the vote, logs
@@ -498,7 +576,7 @@ func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (
 	for _, i := range g.idx {
 		need[a.c.nodes[i]] = i
 	}
-	return a.c.vote(ctx, a.timeout, a.c.quorum, false, func(ctx context.Context, n *node) reply {
+	return a.c.voteQuorum(ctx, a.timeout, func(ctx context.Context, n *node) reply {
 		i, ok := need[n]
 		switch {
 		case !ok:

@@ -19,18 +19,14 @@ func TestClose_WaitsForAcquisitionStragglers(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		// Node 2 answers the acquisition late, with a counter far below the
 		// others' (clock-seeded), and writes the token back slowly.
 		require.NoError(t, c.nodes[2].m.Set("{job}:fence", "5"))
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "acquire", "fence")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
-		l, err := c.rl.TryAcquire(ctx, "job", ttl10s)
-		require.NoError(t, err)
+		l := c.tryAcquire(t, ctx, "job", ttl10s)
 		assert.Zero(t, time.Since(start), "Acquire returns at its quorum")
 		// The grant arrives at 50 ms; its write-back runs until 100 ms (and
 		// finds the key deleted by then: the owner check leaves the counter).

@@ -137,13 +137,8 @@ type Lease struct {
 // extends nor releases: its context ends with the outer holder's.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	cfg := l.cfg
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	if len(opts) > 0 {
 		// The extensions, and the handles they make, use the Lease's options.
@@ -339,13 +334,8 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
 	cfg := c.cfg
-	for _, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return err
 	}
 	ctx, end := cfg.startCall(ctx, OpDo, key)
 	defer func() { end(nil, err) }()

@@ -37,7 +37,7 @@ func (r *eventLog) Observe(e redlock.Event) {
 }
 
 // count returns how many events of op were recorded, and how many of them OK.
-func (r *eventLog) count(op string) (all, ok int) {
+func (r *eventLog) count(op redlock.Op) (all, ok int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
@@ -51,7 +51,7 @@ func (r *eventLog) count(op string) (all, ok int) {
 	return all, ok
 }
 
-func (r *eventLog) last(op string) (redlock.Event, bool) {
+func (r *eventLog) last(op redlock.Op) (redlock.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.events) - 1; i >= 0; i-- {
@@ -83,8 +83,7 @@ func TestDo_AutoExtensionKeepsLockForManyTTLs(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, 30*time.Second, time.Since(start), "Do returns as soon as fn does")
-		synctest.Wait() // a straggling grant is undone in the background
-		c.requireNoKey(t, "job")
+		c.requireGone(t, "job") // a straggling grant is undone in the background
 
 		exts, extOK := ev.count(redlock.OpExtend)
 		assert.Equal(t, exts, extOK, "no extension failed")
@@ -137,8 +136,7 @@ func (lc *leakCheck) verifyNone(t *testing.T, base ...goleak.Option) {
 func TestDo_DoesNotWaitForASlowNode(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
@@ -164,8 +162,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
 			time.Sleep(500 * time.Millisecond)
 			// The lock's current handle, through reentrancy: no round trip.
-			l, err := c.rl.Acquire(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl)
 			deadline = l.ValidUntil()
 			c.nodes[0].Refuse()
 			c.nodes[1].Refuse()
@@ -183,7 +180,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 		assert.ErrorIs(t, err, fnErr, "fn's error is wrapped too")
 		var qe *redlock.QuorumError
 		require.ErrorAs(t, err, &qe)
-		assert.Equal(t, "extend", qe.Op)
+		assert.Equal(t, redlock.OpExtend, qe.Op)
 		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[0].Outcome)
 		assert.Equal(t, redlock.OutcomeUnreachable, qe.Nodes[1].Outcome)
 		settleDials()
@@ -192,14 +189,12 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 
 func TestDo_ValidityRunsOutWhileExtensionHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3, redlock.WithNodeTimeout(500*time.Millisecond))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithNodeTimeout(500*time.Millisecond))
 		const ttl = time.Second
 		var deadline, canceledAt time.Time
 		var cause error
 		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
-			l, err := c.rl.Acquire(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl)
 			deadline = l.ValidUntil()
 			for _, n := range c.nodes {
 				n.Slow(10 * time.Second)
@@ -283,8 +278,7 @@ func TestDo_Errors(t *testing.T) {
 			errWork := errors.New("work failed")
 			err := c.rl.Do(ctx, "job", time.Second, func(context.Context) error { return errWork })
 			assert.Equal(t, errWork, err)
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
 	})
 	t.Run("panic propagates after the release", func(t *testing.T) {
@@ -295,8 +289,7 @@ func TestDo_Errors(t *testing.T) {
 				_ = c.rl.Do(ctx, "job", time.Second, func(context.Context) error { panic("boom") })
 				t.Error("Do returned instead of panicking")
 			}()
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
 	})
 	t.Run("caller's cancellation is not a lost lock", func(t *testing.T) {
@@ -311,8 +304,7 @@ func TestDo_Errors(t *testing.T) {
 			})
 			assert.Equal(t, context.Canceled, err)
 			assert.NotErrorIs(t, err, redlock.ErrLockLost)
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
 	})
 	t.Run("maximum hold time", func(t *testing.T) {
@@ -328,8 +320,7 @@ func TestDo_Errors(t *testing.T) {
 			assert.Equal(t, 2500*time.Millisecond, endedAt.Sub(start))
 			assert.ErrorIs(t, err, redlock.ErrHoldLimit)
 			assert.NotErrorIs(t, err, redlock.ErrLockLost)
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
 	})
 }
@@ -339,8 +330,7 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 	t.Run("Lease.Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			_, err = l.KeepAlive(ctx)
@@ -357,16 +347,14 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 			assert.ErrorIs(t, lease.Err(), context.Canceled)
 			assert.NotErrorIs(t, lease.Err(), redlock.ErrLockLost)
 			assert.NoError(t, lease.Release(ctx), "Release is idempotent")
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
 	})
 	t.Run("Lock.Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ev := &eventLog{}
 			c := newCluster(t, 3, redlock.WithObserver(ev))
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			time.Sleep(2 * time.Second)
@@ -379,8 +367,7 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 				t.Fatal("releasing the lock did not end the Lease's context")
 			}
 			assert.ErrorIs(t, lease.Err(), context.Canceled)
-			synctest.Wait() // a straggling grant is undone in the background
-			c.requireNoKey(t, "job")
+			c.requireGone(t, "job") // a straggling grant is undone in the background
 			time.Sleep(5 * time.Second)
 			n, _ := ev.count(redlock.OpExtend)
 			assert.Equal(t, 6, n, "extensions at 1/3, 2/3, ... of each TTL until the release, none after")
@@ -391,9 +378,8 @@ func TestKeepAlive_ReleaseStopsLease(t *testing.T) {
 	t.Run("bad interval", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
-			_, err = l.KeepAlive(ctx, redlock.WithExtendInterval(990*time.Millisecond))
+			l := c.acquire(t, ctx, "job", time.Second)
+			_, err := l.KeepAlive(ctx, redlock.WithExtendInterval(990*time.Millisecond))
 			assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "validity is 1 s − 12 ms")
 			require.NoError(t, l.Release(ctx))
 		})
@@ -406,8 +392,7 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithObserver(ev))
 		ctx := context.Background()
 		err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
-			outer, err := c.rl.Acquire(ctx, "job", time.Minute)
-			require.NoError(t, err)
+			outer := c.acquire(t, ctx, "job", time.Minute)
 			assert.Zero(t, outer.Attempts(), "nested handle")
 			assert.Equal(t, time.Second, outer.TTL(), "the holder's TTL, not the nested call's")
 
@@ -428,7 +413,7 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 			assert.Equal(t, 3, c.holders("job"))
 
 			// Another context, or another client, is an ordinary contender.
-			_, err = c.rl.TryAcquire(context.Background(), "job", time.Second)
+			_, err := c.rl.TryAcquire(context.Background(), "job", time.Second)
 			assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 			other, err := redlock.New(clientsOf(c))
 			require.NoError(t, err)
@@ -437,14 +422,12 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 			assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 
 			// Another key with the same context is a separate lock.
-			l2, err := c.rl.TryAcquire(ctx, "other-job", time.Second)
-			require.NoError(t, err)
+			l2 := c.tryAcquire(t, ctx, "other-job", time.Second)
 			assert.Equal(t, 1, l2.Attempts())
 			return l2.Release(ctx)
 		})
 		require.NoError(t, err)
-		synctest.Wait() // a straggling grant is undone in the background
-		c.requireNoKey(t, "job")
+		c.requireGone(t, "job") // a straggling grant is undone in the background
 		acq, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 3, acq, "Do, the contender on this client and other-job; none for the nested calls")
 	})
@@ -454,8 +437,7 @@ func TestAcquire_ReentrantAfterLeaseEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
 		ctx := context.Background()
-		l, err := c.rl.Acquire(ctx, "job", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", time.Second)
 		lease, err := l.KeepAlive(ctx)
 		require.NoError(t, err)
 		held := lease.Context()
@@ -475,8 +457,7 @@ func TestObserve_LogsWithoutSecrets(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithLogger(logger), redlock.WithObserver(ev))
 		var owner string
 		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context) error {
-			l, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", time.Second)
 			owner = l.Owner()
 			time.Sleep(time.Second) // a few extensions
 			c.nodes[0].Refuse()
@@ -551,9 +532,7 @@ func TestInspect(t *testing.T) {
 			assert.Equal(t, redlock.NodeState{Node: st.Node, EpochAge: -1}, st, "free, no fencing counter or epoch yet")
 		}
 
-		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "job", 10*time.Second)
 		time.Sleep(time.Second)
 		c.nodes[2].Refuse()
 		states, err = c.rl.Inspect(ctx, "job")

@@ -52,7 +52,7 @@ var (
 // caller's context ended, the context's error, so both
 // errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled) hold.
 type QuorumError struct {
-	Op       string       // "acquire", "extend" or "release"
+	Op       Op           // OpAcquire, OpExtend or OpRelease
 	Key      string       // the key as the caller named it (without prefix)
 	Quorum   int          // votes needed: N/2+1
 	Granted  int          // nodes on which the last attempt applied
@@ -60,6 +60,17 @@ type QuorumError struct {
 	Nodes    []NodeResult // each node's outcome in the last attempt, in node order
 	Err      error        // ErrNotAcquired, ErrNotHeld or ErrNoQuorum
 	Cause    error        // the context's error, or another reason; may be nil
+}
+
+// newQuorumError is the one way the package builds a QuorumError: op on key
+// fell short of quorum in vote t (nil when nothing was sent), err is the
+// sentinel and cause why, when known.
+func newQuorumError(op Op, key string, quorum int, t *tally, err, cause error) *QuorumError {
+	qe := &QuorumError{Op: op, Key: key, Quorum: quorum, Err: err, Cause: cause}
+	if t != nil {
+		qe.Granted, qe.Nodes = t.granted, t.results
+	}
+	return qe
 }
 
 // Error describes the failure and every node's outcome, without secrets.

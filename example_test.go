@@ -117,20 +117,8 @@ func ExampleDial() {
 // Extend returns a new Lock with a fresh validity; the old handle keeps its
 // own. A lock that is no longer held is never revived.
 func ExampleLock_Extend() {
-	var urls []string
-	for range 3 {
-		m, err := miniredis.Run()
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer m.Close()
-		urls = append(urls, "redis://"+m.Addr())
-	}
-	client, err := redlock.Dial(urls)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
+	client, stop := dialNodes(3)
+	defer stop()
 
 	ctx := context.Background()
 	lock, err := client.Acquire(ctx, "nightly-batch", 5*time.Second)
@@ -215,10 +203,14 @@ func ExampleClient_TryAcquire() {
 	// node 4: pending
 }
 
-// startNodes starts n in-process Redis servers (miniredis) for the examples
-// and returns their URLs and a function that stops them.
-func startNodes(n int) (urls []string, stop func()) {
-	var nodes []*miniredis.Miniredis
+// dialNodes starts n in-process Redis servers (miniredis) for the examples
+// and dials them as ExampleDial does. stop closes the Client, then the
+// servers.
+func dialNodes(n int) (client *redlock.Client, stop func()) {
+	var (
+		nodes []*miniredis.Miniredis
+		urls  []string
+	)
 	for range n {
 		m, err := miniredis.Run()
 		if err != nil {
@@ -227,7 +219,12 @@ func startNodes(n int) (urls []string, stop func()) {
 		nodes = append(nodes, m)
 		urls = append(urls, "redis://"+m.Addr())
 	}
-	return urls, func() {
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return client, func() {
+		_ = client.Close()
 		for _, m := range nodes {
 			m.Close()
 		}
@@ -240,17 +237,12 @@ func startNodes(n int) (urls []string, stop func()) {
 // longer be trusted, so pass it to everything the work does. When Do
 // returns, the lock is released and nothing Do started is still running.
 func ExampleClient_Do() {
-	urls, stop := startNodes(3)
+	client, stop := dialNodes(3)
 	defer stop()
-	client, err := redlock.Dial(urls)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
 
 	ctx := context.Background()
 	var token uint64
-	err = client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context) error {
+	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context) error {
 		// Acquire with Do's context returns the held lock (see the
 		// reentrant example): here, to read its fencing token.
 		lock, err := client.Acquire(ctx, "report:acme", 10*time.Second)
@@ -286,13 +278,8 @@ func ExampleClient_Do() {
 // context ends when an extension fails or the validity runs out first; Err
 // says why. Release stops the extensions and releases the lock.
 func ExampleLock_KeepAlive() {
-	urls, stop := startNodes(3)
+	client, stop := dialNodes(3)
 	defer stop()
-	client, err := redlock.Dial(urls)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
 
 	ctx := context.Background()
 	lock, err := client.Acquire(ctx, "import", 10*time.Second)
@@ -331,13 +318,8 @@ func ExampleLock_KeepAlive() {
 // waiting for its own holder until the TTL; releasing that handle leaves the
 // lock to the outermost holder. Any other context contends as usual.
 func ExampleClient_Acquire_reentrant() {
-	urls, stop := startNodes(3)
+	client, stop := dialNodes(3)
 	defer stop()
-	client, err := redlock.Dial(urls)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
 
 	var last uint64 // the token of the last rebuild
 	rebuild := func(ctx context.Context) error {
@@ -355,7 +337,7 @@ func ExampleClient_Acquire_reentrant() {
 	if err := rebuild(ctx); err != nil { // on its own: takes the lock
 		log.Fatal(err)
 	}
-	err = client.Do(ctx, "index", 10*time.Second, func(ctx context.Context) error {
+	err := client.Do(ctx, "index", 10*time.Second, func(ctx context.Context) error {
 		if err := rebuild(ctx); err != nil { // under Do: uses Do's lock
 			return err
 		}

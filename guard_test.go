@@ -97,8 +97,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		ctx := context.Background()
-		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", 10*time.Second)
 		first := firstToken(time.Now())
 		assert.Equal(t, first, l.Token())
 		synctest.Wait() // the write-back's stragglers
@@ -106,8 +105,7 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
 		}
 		require.NoError(t, l.Release(ctx))
-		l2, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l2 := c.acquire(t, ctx, "report", 10*time.Second)
 		assert.Equal(t, first+1, l2.Token())
 		granted := 0
 		for _, o := range outcomes(l2.Nodes()) {
@@ -164,11 +162,7 @@ func TestAmnesiaGuard_QuarantineEndsAndCounterIsRepaired(t *testing.T) {
 }
 
 func TestWithQuarantine_Negative(t *testing.T) {
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rc.Close()
-	_, err := redlock.New([]redis.UniversalClient{rc}, redlock.WithQuarantine(-time.Second))
-	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "quarantine")
+	requireNewInvalid(t, "quarantine", redlock.WithQuarantine(-time.Second))
 }
 
 // Inspect shows each node's epoch: trusted after a guarded acquisition,
@@ -177,9 +171,7 @@ func TestInspect_ShowsEpochs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		l, err := c.rl.Acquire(ctx, "job", 10*time.Second)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "job", 10*time.Second)
 		time.Sleep(time.Second)
 		c.nodes[1].m.FlushAll()
 		states, err := c.rl.Inspect(ctx, "job")
@@ -215,8 +207,7 @@ func TestAmnesiaGuard_ReleaseVouchesWhereWriteBackIsLate(t *testing.T) {
 		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
 			return cmd == "EVALSHA" && len(args) == 9 && args[7] == "1"
 		})
-		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, l.Release(ctx))
 		synctest.Wait()
 		time.Sleep(time.Second)
@@ -275,19 +266,15 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		p, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		p := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, p.Release(ctx))
 		synctest.Wait()
 		time.Sleep(time.Second)
 
 		c.nodes[2].m.FlushAll()
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("acquire", cmd, args) || isScript("fence", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "acquire", "fence")
 		c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
-		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		assert.Equal(t, redlock.OutcomePending, a.Nodes()[2].Outcome, "node 2's grant came after the decision")
 		assert.Greater(t, a.Token(), p.Token())
 		time.Sleep(200 * time.Millisecond)
@@ -297,8 +284,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 
 		c.nodes[0].m.FlushAll()
 		time.Sleep(time.Minute + time.Second)
-		b, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		b := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		assert.Greater(t, b.Token(), a.Token())
 	})
 }
@@ -310,14 +296,13 @@ func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *test
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		first, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		first := c.acquire(t, ctx, "report", 10*time.Second)
 		require.NoError(t, first.Release(ctx))
 		synctest.Wait()
 		c.nodes[1].m.FlushAll()
 		c.nodes[2].Refuse()
 
-		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.ErrorIs(t, err, redlock.ErrNotAcquired, "node 1 may have forgotten a lock: quarantined")
 		time.Sleep(time.Minute)
 		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
@@ -338,8 +323,7 @@ func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *test
 func TestAmnesiaGuard_FailedFirstUseRecoversWithinAQuarantine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		c.nodes[2].Refuse()
 		// Node 1's counter is ahead (a fresh key's epochs, a counter from an
 		// earlier use): the counters disagree and node 0 needs the
@@ -409,9 +393,7 @@ func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
 			}
 			for _, i := range rng.Perm(5)[:1+rng.IntN(2)] {
 				c.nodes[i].m.FlushAll()
-				c.nodes[i].SlowIf(20*time.Millisecond, func(cmd string, args []string) bool {
-					return isScript("acquire", cmd, args)
-				})
+				c.nodes[i].SlowScripts(20*time.Millisecond, "acquire")
 			}
 			l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 			require.NoError(t, err, "round %d", round)
@@ -442,7 +424,7 @@ func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 		c.warmUp(t)
 		setCounterAhead(t, c.nodes[0], "report", time.Hour) // A's counters disagree: write-back to node 1
 		c.holdElsewhere(t, "report", 5*time.Millisecond, 2) // node 2 refuses A, frees up at 5 ms
-		c.nodes[1].SlowIf(10*time.Millisecond, func(cmd string, args []string) bool { return isScript("fence", cmd, args) })
+		c.nodes[1].SlowScripts(10*time.Millisecond, "fence")
 
 		type result struct {
 			l   *redlock.Lock
@@ -479,8 +461,7 @@ func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
 		b := c.secondClient(t, redlock.WithQuarantine(time.Minute))
 		c.nodes[2].Refuse() // down while A takes the key: no history there
-		a, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err)
+		a := c.tryAcquire(t, ctx, "report", 10*time.Second)
 		c.nodes[2].Revive(t)
 		c.nodes[0].m.FlushAll()
 		c.nodes[1].Refuse()

@@ -122,6 +122,24 @@ func (n *testNode) SlowAcquire(d time.Duration) {
 	})
 }
 
+// SlowScripts delays the calls of the library's scripts with these names
+// (keys of redlock.ScriptHashes) by d.
+func (n *testNode) SlowScripts(d time.Duration, names ...string) {
+	for _, name := range names {
+		if _, ok := redlock.ScriptHashes[name]; !ok {
+			panic("SlowScripts: no script named " + name)
+		}
+	}
+	n.SlowIf(d, func(cmd string, args []string) bool {
+		for _, name := range names {
+			if isScript(name, cmd, args) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // SlowIf delays the commands that match by d.
 func (n *testNode) SlowIf(d time.Duration, match func(cmd string, args []string) bool) {
 	n.mu.Lock()
@@ -302,6 +320,16 @@ func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	return c
 }
 
+// newWarmCluster is newCluster followed by warmUp: a delay or fault the
+// test installs next applies to the script call itself. It must run inside
+// a synctest bubble.
+func newWarmCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+	t.Helper()
+	c := newCluster(t, n, opts...)
+	c.warmUp(t)
+	return c
+}
+
 // warmUp loads every script on every node, then takes, extends and
 // releases a throw-away lock, so that a delay installed later applies to the
 // script call itself and not to a NOSCRIPT round trip first. It must run
@@ -337,6 +365,24 @@ func (c *cluster) requireNoKey(t testing.TB, key string) {
 	for i, n := range c.nodes {
 		require.False(t, n.Has(key), "node %d (%s) still holds %q = %q", i, n.addr, key, n.Value(key))
 	}
+}
+
+// requireGone waits for the node calls still running (synctest.Wait: the
+// deletes Release did not wait for, an acquisition's stragglers), then
+// requires that no node holds key. It must run inside a synctest bubble.
+func (c *cluster) requireGone(t testing.TB, key string) {
+	t.Helper()
+	synctest.Wait()
+	c.requireNoKey(t, key)
+}
+
+// releaseAndRequireGone requires r (a Lock or a Lease) to release, then
+// requireGone: once the deletes Release did not wait for have ended, no
+// node holds key.
+func (c *cluster) releaseAndRequireGone(t testing.TB, ctx context.Context, r interface{ Release(context.Context) error }, key string) {
+	t.Helper()
+	require.NoError(t, r.Release(ctx))
+	c.requireGone(t, key)
 }
 
 // holdElsewhere sets key to another owner's value with ttl on the given
@@ -416,4 +462,31 @@ func requireDecidedBy(t testing.TB, rs []redlock.NodeResult, want redlock.Outcom
 		}
 	}
 	require.GreaterOrEqual(t, n, quorum, "nodes that answered %v: %v", want, outcomes(rs))
+}
+
+// acquire takes key with Acquire and requires it to succeed.
+func (c *cluster) acquire(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l, err := c.rl.Acquire(ctx, key, ttl, opts...)
+	require.NoError(t, err)
+	return l
+}
+
+// acquireSettled is acquire followed by synctest.Wait: the calls Acquire
+// did not wait for (the stragglers' grants) have ended too, so every node
+// that granted the lock holds it. It must run inside a synctest bubble.
+func (c *cluster) acquireSettled(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l := c.acquire(t, ctx, key, ttl, opts...)
+	synctest.Wait()
+	return l
+}
+
+// tryAcquire takes key with TryAcquire (one attempt) and requires it to
+// succeed.
+func (c *cluster) tryAcquire(t testing.TB, ctx context.Context, key string, ttl time.Duration, opts ...redlock.Option) *redlock.Lock {
+	t.Helper()
+	l, err := c.rl.TryAcquire(ctx, key, ttl, opts...)
+	require.NoError(t, err)
+	return l
 }

@@ -113,6 +113,26 @@ func (rc *realCluster) warmUp(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
+// pause stops server i (SIGSTOP). resume continues it (SIGCONT) and
+// requires that to succeed; a server the test did not resume is continued
+// when the test ends.
+func (rc *realCluster) pause(t *testing.T, i int) (resume func()) {
+	t.Helper()
+	s := rc.servers[i]
+	require.NoError(t, s.Stop())
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = s.Cont()
+		}
+	})
+	return func() {
+		t.Helper()
+		require.NoError(t, s.Cont())
+		stopped = false
+	}
+}
+
 func TestRealRedis_AcquireExtendRelease(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx := context.Background()
@@ -219,14 +239,7 @@ func TestRealRedis_PausedNodeDoesNotBlock(t *testing.T) {
 	rc := startRealCluster(t)
 	rc.warmUp(t)
 	ctx := context.Background()
-	paused := rc.servers[2]
-	require.NoError(t, paused.Stop())
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			_ = paused.Cont()
-		}
-	})
+	resume := rc.pause(t, 2)
 
 	start := time.Now()
 	l, err := rc.rl.Acquire(ctx, "report", 10*time.Second)
@@ -236,8 +249,7 @@ func TestRealRedis_PausedNodeDoesNotBlock(t *testing.T) {
 
 	// On SIGCONT the server runs the acquire script it received while
 	// paused; the release sent afterwards deletes that key too.
-	require.NoError(t, paused.Cont())
-	stopped = false
+	resume()
 	require.NoError(t, l.Release(ctx))
 	rc.requireReleased(t, "report")
 }
@@ -251,21 +263,13 @@ func TestRealRedis_ReleasedWhilePausedDoesNotBlockNextHolder(t *testing.T) {
 	rc := startRealCluster(t)
 	rc.warmUp(t)
 	ctx := context.Background()
-	paused := rc.servers[2]
-	require.NoError(t, paused.Stop())
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			_ = paused.Cont()
-		}
-	})
+	resume := rc.pause(t, 2)
 
 	l, err := rc.rl.Acquire(ctx, "report", 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx), "four of five servers confirmed the release")
 	rc.requireReleased(t, "report", 0, 1, 3, 4)
-	require.NoError(t, paused.Cont())
-	stopped = false
+	resume()
 
 	next, err := rc.rl.TryAcquire(ctx, "report", 10*time.Second)
 	require.NoError(t, err, "the next holder gets the lock at once")

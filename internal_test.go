@@ -124,7 +124,7 @@ func (f observerFunc) Observe(ev Event) { f(ev) }
 func TestWantsEvent(t *testing.T) {
 	ctx := context.Background()
 	ops := []struct {
-		op string
+		op Op
 		ok bool
 	}{{OpAcquire, true}, {OpAcquire, false}, {OpExtend, true}, {OpExtend, false}, {OpRelease, true}, {OpRelease, false}}
 	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))

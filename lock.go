@@ -33,30 +33,45 @@ type Lock struct {
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
-	// released is set before Release sends its deletes, and shared by the
-	// handles Extend derives: a grant that arrives after that (a straggler
-	// of the acquisition) needs no write-back any more.
-	released *atomic.Bool
-	// replied[i] is closed once node i's acquire call has returned (see
-	// acquisition.replied); nil for none to wait for.
-	replied []chan struct{}
-	// unsent[i] is set when the acquisition sent node i nothing (see
-	// acquisition.unsent); read it only once replied[i] is closed.
-	unsent []bool
 	// state is shared by every handle of this lock: those Extend derives,
-	// the copies KeepAlive makes, and nested (reentrant) handles.
+	// the copies KeepAlive makes, and nested (reentrant) handles; and by
+	// the acquisition's late replies.
 	state *lockState
 }
 
-// lockState is what every handle of one acquired lock shares.
+// lockState is what every handle of one acquired lock shares, with the
+// acquisition that made it.
 type lockState struct {
 	// ended is set once the lock must no longer be trusted, whatever its
 	// deadline says: Release was called, or the Lease keeping it declared
 	// it lost. Validity reads it.
 	ended atomic.Bool
+	// released is set before Release sends its deletes: a grant that
+	// arrives after that (a straggler of the acquisition) needs no
+	// write-back any more.
+	released atomic.Bool
+	// replied[i] is closed once node i's acquire call has returned: its
+	// SET has run, or the call failed. Release sends node i its delete only
+	// then, so a delete never overtakes its own SET.
+	replied []chan struct{}
+	// unsent[i] is set, before replied[i] is closed, when the acquire
+	// call was not sent to node i because of its backlog (Client.enter) or
+	// its queue dropped it: node i then needs no delete. Read it only once
+	// replied[i] is closed.
+	unsent []bool
 
 	mu    sync.Mutex
 	lease *Lease // the Lease keeping the lock alive; nil if none
+}
+
+// newLockState is the state of an acquisition on n nodes, none of which
+// has replied yet.
+func newLockState(n int) *lockState {
+	s := &lockState{replied: make([]chan struct{}, n), unsent: make([]bool, n)}
+	for i := range s.replied {
+		s.replied[i] = make(chan struct{})
+	}
+	return s
 }
 
 // setLease records s as the Lease keeping the lock alive; it returns false
@@ -217,9 +232,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	if l.released != nil {
-		l.released.Store(true)
-	}
+	l.state.released.Store(true)
 	call := newScriptCall(releaseScript, l.keys[:1], l.owner)
 	if l.vouch {
 		call = newScriptCall(releaseVouchScript, l.keys, l.owner, strconv.FormatUint(l.token, 10))
@@ -235,45 +248,61 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	late := make(chan reply, len(c.nodes))
 	expired := time.NewTimer(timeout)
 	defer expired.Stop()
-	t, _ := c.vote(context.WithoutCancel(ctx), timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
-		// A node's delete follows that node's own acquire call, never
-		// overtakes its SET: go-redis's connection pool does not keep the
-		// order of commands to one node (docs/performance.md).
-		if l.replied != nil {
-			select {
-			case <-l.replied[n.idx]:
-			default:
-				// A straggler of the acquisition: its delete waits for
-				// its grant, in the background once the vote is decided,
-				// and then gets a per-node timeout of its own. This call
-				// stays part of the vote, so Close waits for it.
-				<-l.replied[n.idx]
-				if l.unsent[n.idx] {
-					return reply{err: errShed} // nothing to delete
-				}
-				exit, _ := c.enter(n, false)
-				defer exit()
-				n.late.Add(1) // it follows a straggler
-				defer n.late.Add(-1)
-				dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
-				defer cancel()
-				code, err := call.run(dctx, n).Int64()
-				return reply{code: code, err: err}
-			}
-			if l.unsent[n.idx] {
+	t, _ := c.voteQuorum(context.WithoutCancel(ctx), timeout, func(ctx context.Context, n *node) reply {
+		return l.deleteOn(ctx, n, call, keysEnd, timeout)
+	}, func(r reply) { late <- r })
+	if err := countLate(t, c.quorum, late, expired.C).result(); err != nil {
+		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
+	}
+	return t, nil
+}
+
+// deleteOn sends node n the release's delete, once n's own acquire call
+// has returned: a delete never overtakes its SET, since go-redis's
+// connection pool does not keep the order of commands to one node
+// (docs/performance.md). The delete may wait for the node's turn until
+// keysEnd, when the key would expire anyway (cleanupContext); the vote does
+// not wait that long.
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd time.Time, timeout time.Duration) reply {
+	c := l.client
+	if st := l.state; st.replied != nil {
+		select {
+		case <-st.replied[n.idx]:
+		default:
+			// A straggler of the acquisition: its delete waits for its
+			// grant, in the background once the vote is decided, and then
+			// gets a per-node timeout of its own. This call stays part of
+			// the vote, so Close waits for it.
+			<-st.replied[n.idx]
+			if st.unsent[n.idx] {
 				return reply{err: errShed} // nothing to delete
 			}
+			c.enter(n, false)
+			defer n.exit()
+			n.late.Add(1) // it follows a straggler
+			defer n.late.Add(-1)
+			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+			defer cancel()
+			code, err := call.run(dctx, n).Int64()
+			return reply{code: code, err: err}
 		}
-		exit, _ := c.enter(n, false)
-		defer exit()
-		// The delete may wait for the node's turn until the key would
-		// expire anyway (cleanupContext); the vote does not wait that long.
-		dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
-		defer cancel()
-		code, err := call.run(dctx, n).Int64()
-		return reply{code: code, err: err}
-	}, func(r reply) { late <- r })
-	rc := countRelease(t, c.quorum)
+		if st.unsent[n.idx] {
+			return reply{err: errShed} // nothing to delete
+		}
+	}
+	c.enter(n, false)
+	defer n.exit()
+	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+	defer cancel()
+	code, err := call.run(dctx, n).Int64()
+	return reply{code: code, err: err}
+}
+
+// countLate counts into the release vote t the replies that arrive after it
+// was decided, until no answer still to come could change Release's result
+// or the per-node timeout (expired) marks the rest timed out.
+func countLate(t *tally, quorum int, late <-chan reply, expired <-chan time.Time) releaseCount {
+	rc := countRelease(t, quorum)
 	for !rc.decided() {
 		select {
 		case r := <-late:
@@ -284,21 +313,17 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 			if res.Outcome == OutcomeGranted {
 				t.granted++
 			}
-		case <-expired.C:
+		case <-expired:
 			// The per-node timeout: whoever has not answered is timed out.
 			for i := range t.results {
 				if t.results[i].Outcome == OutcomePending {
 					t.results[i].Outcome, t.results[i].Err = OutcomeTimedOut, context.DeadlineExceeded
 				}
 			}
-			rc = countRelease(t, c.quorum)
+			rc = countRelease(t, quorum)
 		}
 	}
-	qe := &QuorumError{Op: "release", Key: l.key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results}
-	if qe.Err = rc.result(); qe.Err == nil {
-		return t, nil
-	}
-	return t, qe
+	return rc
 }
 
 // releaseCount is what a release vote knows so far: how many nodes deleted
@@ -406,23 +431,21 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := l.cfg.checkRetention(ttl); err != nil {
 		return nil, nil, err
 	}
-	qe := &QuorumError{Op: OpExtend, Key: l.key, Quorum: c.quorum, Err: ErrNotHeld}
 	if c.closed.Load() {
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
 	if !start.Before(l.validUntil) {
-		qe.Cause = fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
-		return nil, nil, qe
+		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
+		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
 	}
 	call := newScriptCall(extendScript, l.keys, l.owner, strconv.FormatInt(ttl.Milliseconds(), 10), retentionMs(l.cfg))
-	t, _ := c.vote(ctx, timeout, c.quorum, false, func(ctx context.Context, n *node) reply {
+	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, nil)
 	// The stragglers end in the background (done); the Client tracks them.
 	now := time.Now()
-	qe.Granted, qe.Nodes, qe.Cause = t.granted, t.results, callerEnded(ctx)
 	if t.granted < c.quorum {
 		refused := 0
 		for _, r := range t.results {
@@ -430,14 +453,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 				refused++
 			}
 		}
+		err := ErrNotHeld
 		if refused <= len(c.nodes)-c.quorum {
-			qe.Err = ErrNoQuorum
+			err = ErrNoQuorum
 		}
-		return nil, t, qe
+		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
 	}
 	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
-		qe.Cause = fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
-		return nil, t, qe
+		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
+		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}
 	l.reput(ctx, t, start, ttl, timeout)
 	next := *l
@@ -468,13 +492,13 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 	if l.cfg.quarantine > 0 {
 		args[3] = "1"
 	}
-	put, done := c.vote(ctx, timeout, len(c.nodes), true, func(ctx context.Context, n *node) reply {
+	put, done := c.voteAll(ctx, timeout, func(ctx context.Context, n *node) reply {
 		if !gone[n] {
 			return reply{code: codeNotHeld}
 		}
 		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
 		return reply{code: code, err: err}
-	}, nil)
+	})
 	<-done
 	for i, r := range put.results {
 		if gone[c.nodes[i]] && r.Outcome == OutcomeGranted {

@@ -105,6 +105,14 @@ func (w *waiters) Pop() any {
 // take takes a free slot (nil) or queues a waiter for one. The waiter's turn
 // is nc's, or for a command outside a vote, its arrival.
 func (q *nodeQueue) take(nc *nodeCall) *waiter {
+	if nc == nil {
+		return q.takeTurn(nil)
+	}
+	return q.takeTurn(&nc.turn)
+}
+
+// takeTurn is take with the waiter's turn given (nil: its arrival).
+func (q *nodeQueue) takeTurn(t *turn) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.busy < q.size {
@@ -112,8 +120,8 @@ func (q *nodeQueue) take(nc *nodeCall) *waiter {
 		return nil
 	}
 	w := &waiter{ready: make(chan struct{})}
-	if nc != nil {
-		w.turn = nc.turn
+	if t != nil {
+		w.turn = *t
 	} else {
 		w.turn = nextTurn(time.Now())
 	}
@@ -155,16 +163,13 @@ func (q *nodeQueue) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook implements redis.Hook: the command waits for a slot.
 func (q *nodeQueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(admittedKey{}) == q {
-			return next(ctx, cmd) // see admitted
-		}
-		ctx, done, err := q.admit(ctx)
+		a, err := q.admit(ctx)
 		if err != nil {
 			cmd.SetErr(err)
 			return err
 		}
-		defer done()
-		return next(ctx, cmd)
+		defer q.exit(a)
+		return next(a.ctx, cmd)
 	}
 }
 
@@ -172,86 +177,168 @@ func (q *nodeQueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // connection, so it takes one slot.
 func (q *nodeQueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if ctx.Value(admittedKey{}) == q {
-			return next(ctx, cmds)
-		}
-		ctx, done, err := q.admit(ctx)
+		a, err := q.admit(ctx)
 		if err != nil {
 			for _, cmd := range cmds {
 				cmd.SetErr(err)
 			}
 			return err
 		}
-		defer done()
-		return next(ctx, cmds)
+		defer q.exit(a)
+		return next(a.ctx, cmds)
 	}
 }
 
-type admittedKey struct{}
+// callKey is the context key that the contexts of this file answer with
+// themselves (*nodeCall, *cleanupCall, *admitted): one lookup tells a
+// command's vote, and whether the command runs inside one that holds a
+// slot.
+type callKey struct{}
 
-// admitted is the context of a command that holds a slot of q. go-redis
-// sends commands of its own within it through the same hooks (HELLO, and a
-// pipeline, when it opens a connection for the command): they run on the
-// command's connection and must not wait for a slot of their own, or a full
-// queue of new connections would wait for itself until the deadline.
+// admitted is the context of a command that holds a slot of q and runs on a
+// context of its own (it waited for its slot, or came late, or belongs to no
+// vote). go-redis sends commands of its own within it through the same hooks
+// (HELLO, and a pipeline, when it opens a connection for the command): they
+// run on the command's connection and must not wait for a slot of their own,
+// or a full queue of new connections would wait for itself until the
+// deadline. A vote's command that got its slot at once runs on the vote's
+// own context instead, and the vote records the slot it holds (nodeCall.hold).
 type admitted struct {
 	context.Context
 	q *nodeQueue
 }
 
 func (a *admitted) Value(key any) any {
-	if key == (admittedKey{}) {
-		return a.q
+	if key == (callKey{}) {
+		return a
 	}
 	return a.Context.Value(key)
 }
 
-// admit waits for a slot and returns the context to run the command with
-// and the function that frees the slot. In a vote (ctx is a *nodeCall) the
-// wait ends at the vote's queue deadline, and a command that waited gets a
-// whole per-node timeout from the moment it has its slot; any other command
-// (a late grant's clean-up, for instance) waits within its own context.
-func (q *nodeQueue) admit(ctx context.Context) (context.Context, func(), error) {
-	nc, _ := ctx.Value(nodeCallKey{}).(*nodeCall)
-	if w := q.take(nc); w != nil {
-		if err := q.wait(ctx, nc, w); err != nil {
-			return nil, nil, err
-		}
-		if nc == nil {
-			return &admitted{Context: ctx, q: q}, q.free, nil
-		}
-	} else if nc == nil || time.Since(nc.start) < queueSlack {
-		return &admitted{Context: ctx, q: q}, q.free, nil
-	}
-	cctx, cancel := context.WithTimeout(nc.outer, nc.timeout)
-	return &admitted{Context: cctx, q: q}, func() { cancel(); q.free() }, nil
+// admission is how a command runs once admit let it: on which context, and
+// what exit undoes. A value, so that the common case allocates nothing.
+type admission struct {
+	ctx    context.Context
+	inside bool               // runs inside a command that holds the slot: nothing to free
+	held   *nodeCall          // holds the slot for this vote (nodeCall.hold)
+	cancel context.CancelFunc // ends ctx, the command's own context
 }
 
-// wait blocks until w is given a slot, the vote's queue deadline passes, or
-// the context ends.
-func (q *nodeQueue) wait(ctx context.Context, nc *nodeCall, w *waiter) error {
-	var err error
-	if nc == nil {
-		select {
-		case <-w.ready:
-			return nil
-		case <-ctx.Done():
-			err = ctx.Err()
+// exit frees what admit took.
+func (q *nodeQueue) exit(a admission) {
+	if a.inside {
+		return
+	}
+	if a.held != nil {
+		a.held.unhold(q)
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	q.free()
+}
+
+// admit waits for a slot and says how to run the command. In a vote (ctx is
+// a *nodeCall) the wait ends at the vote's queue deadline, and a command that
+// waited gets a whole per-node timeout from the moment it has its slot; a
+// clean-up (a *cleanupCall) waits until its key would expire anyway, and then
+// has a per-node timeout; any other command (a late grant's follow-up, for
+// instance) waits within its own context. A vote's command that finds a slot
+// free within queueSlack of the vote's start runs on the vote's context as it
+// is: no allocation on the path nearly every command takes.
+func (q *nodeQueue) admit(ctx context.Context) (admission, error) {
+	var (
+		nc *nodeCall
+		cc *cleanupCall
+	)
+	switch v := ctx.Value(callKey{}).(type) {
+	case *nodeCall:
+		nc = v
+	case *cleanupCall:
+		nc, cc = v.nc, v
+	case *admitted:
+		if v.q == q {
+			return admission{ctx: ctx, inside: true}, nil
 		}
+	}
+	if nc != nil && nc.holds(q) {
+		return admission{ctx: ctx, inside: true}, nil
+	}
+
+	var w *waiter
+	if nc != nil && cc == nil {
+		w = q.takeTurn(&nc.turn)
 	} else {
-		t := time.NewTimer(time.Until(nc.queueBy))
-		defer t.Stop()
-		select {
-		case <-w.ready:
-			return nil
-		case <-nc.outer.Done():
-			err = nc.outer.Err()
-		case <-nc.unwanted:
-			err = errUnwanted
-		case <-t.C:
-			err = fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
-				errNotSent, nc.queueBy.Sub(nc.start).Round(time.Microsecond), q.size, context.DeadlineExceeded)
+		w = q.takeTurn(nil) // a clean-up's turn is its arrival
+	}
+	if w == nil && nc != nil && time.Since(nc.start) < queueSlack {
+		nc.hold(q)
+		return admission{ctx: ctx, held: nc}, nil
+	}
+
+	now := time.Now()
+	switch {
+	case cc != nil:
+		if w != nil {
+			if err := q.wait(w, nil, nil, now, cc.until); err != nil {
+				return admission{}, err
+			}
 		}
+		now = time.Now()
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), earliest(now.Add(nc.timeout), cc.until.Add(nc.timeout)))
+		return admission{ctx: &admitted{Context: cctx, q: q}, cancel: cancel}, nil
+	case nc != nil:
+		if w != nil {
+			if err := q.wait(w, nc.parent, nc.unwanted, nc.start, nc.queueBy); err != nil {
+				return admission{}, err
+			}
+		}
+		now = time.Now()
+		cctx, cancel := context.WithDeadline(nc.parent, earliest(now.Add(nc.timeout), nc.end))
+		return admission{ctx: &admitted{Context: cctx, q: q}, cancel: cancel}, nil
+	default:
+		if w != nil {
+			if err := q.wait(w, ctx, nil, now, time.Time{}); err != nil {
+				return admission{}, err
+			}
+		}
+		return admission{ctx: &admitted{Context: ctx, q: q}}, nil
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// wait blocks until w is given a slot, by passes (zero: never), unwanted is
+// closed, or ctx ends (nil: never).
+func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, from, by time.Time) error {
+	var (
+		done  <-chan struct{}
+		timer <-chan time.Time
+	)
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	if !by.IsZero() {
+		t := time.NewTimer(time.Until(by))
+		defer t.Stop()
+		timer = t.C
+	}
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-done:
+		err = ctx.Err()
+	case <-unwanted:
+		err = errUnwanted
+	case <-timer:
+		err = fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
+			errNotSent, by.Sub(from).Round(time.Microsecond), q.size, context.DeadlineExceeded)
 	}
 	q.leave(w)
 	return err
@@ -266,26 +353,199 @@ var errNotSent = errors.New("redlock: not sent")
 // when the operation that made it no longer needed it: it was never sent.
 var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for a free connection", errNotSent)
 
-type nodeCallKey struct{}
-
-// nodeCall is the context of one vote's node calls on nodes with a queue.
-// Itself it ends at the per-node timeout from the vote's start, or with the
-// caller's context; outer ends a per-node timeout after queueBy, the latest
-// time a call may still get its slot, and bounds every call of the vote.
+// nodeCall is the context of one vote's node calls on nodes with a queue,
+// and the vote's place in the nodes' queues. It ends (Done) at the per-node
+// timeout from the vote's start, with its parent, or when cancelled; its
+// expired channel, which bounds the vote's wait for answers, ends a per-node
+// timeout after queueBy, the latest time a call may still get its slot (or
+// with the parent, or when cancelled). One timer serves both instants: it
+// fires at the deadline, then again at the end.
+//
+// It is a context of its own rather than two nested context.WithDeadline:
+// those cost a dozen allocations per vote (two timers, a child registry,
+// two done channels), and the C1 benchmark's votes made a third of its
+// allocations (docs/performance.md, "Allocations of the per-node queue").
 type nodeCall struct {
-	context.Context // start + timeout
-	outer           context.Context
-	start, queueBy  time.Time
-	timeout         time.Duration
-	unwanted        <-chan struct{} // see withQueueBy
-	turn            turn            // the calls' place in the nodes' queues
+	parent     context.Context // values, and the end of the vote's calls
+	parentDone <-chan struct{} // parent.Done(); nil when the parent never ends
+	start      time.Time
+	deadline   time.Time // start + timeout, or the parent's deadline if sooner
+	queueBy    time.Time
+	end        time.Time // queueBy + timeout (or the parent's deadline): expired
+	timeout    time.Duration
+	unwanted   <-chan struct{} // see withQueueBy
+	turn       turn            // the calls' place in the nodes' queues
+
+	mu         sync.Mutex
+	done       chan struct{}
+	expired    chan struct{}
+	err        error // set when done is closed
+	over       bool  // expired is closed
+	timer      *time.Timer
+	stopParent func() bool // undoes the context.AfterFunc on the parent
+
+	// held lists the queues on which a command of this vote holds a slot
+	// while running on this context (admit's fast path): commands that
+	// go-redis sends within it (HELLO) must not take a second slot.
+	held    []*nodeQueue
+	heldBuf [8]*nodeQueue
+
+	// cleanup is this vote's clean-up context, handed to every node call
+	// of the vote that asks for one (see cleanupContext).
+	cleanup cleanupCall
 }
 
+// init starts nc's clock. Its channels are closed at once if the parent has
+// already ended or the deadline has passed.
+func (nc *nodeCall) init(ctx context.Context, start, by time.Time, timeout time.Duration, unwanted <-chan struct{}, t turn) {
+	nc.parent, nc.parentDone = ctx, ctx.Done()
+	nc.start, nc.queueBy, nc.timeout, nc.unwanted, nc.turn = start, by, timeout, unwanted, t
+	nc.deadline, nc.end = start.Add(timeout), by.Add(timeout)
+	if d, ok := ctx.Deadline(); ok {
+		nc.deadline, nc.end = earliest(nc.deadline, d), earliest(nc.end, d)
+	}
+	nc.done, nc.expired = make(chan struct{}), make(chan struct{})
+	if err := ctx.Err(); err != nil {
+		nc.stop(err)
+		return
+	}
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if nc.parentDone != nil {
+		nc.stopParent = context.AfterFunc(ctx, nc.parentEnded)
+	}
+	nc.timer = time.AfterFunc(time.Until(nc.deadline), nc.tick)
+}
+
+// tick closes done once the deadline has passed and expired once the end
+// has, and sets the timer for whichever is next.
+func (nc *nodeCall) tick() {
+	nc.mu.Lock()
+	now := time.Now()
+	if nc.err == nil && !now.Before(nc.deadline) {
+		nc.err = context.DeadlineExceeded
+		close(nc.done)
+	}
+	if !nc.over && !now.Before(nc.end) {
+		nc.over = true
+		close(nc.expired)
+	}
+	switch {
+	case nc.err == nil:
+		nc.timer.Reset(nc.deadline.Sub(now))
+	case !nc.over:
+		nc.timer.Reset(nc.end.Sub(now))
+	}
+	over, stopParent := nc.over, nc.stopParent
+	nc.mu.Unlock()
+	if over && stopParent != nil {
+		stopParent()
+	}
+}
+
+// stop ends nc with err (unless it has ended already) and its expired
+// channel, and stops its clock.
+func (nc *nodeCall) stop(err error) {
+	nc.mu.Lock()
+	if nc.err == nil {
+		nc.err = err
+		close(nc.done)
+	}
+	if !nc.over {
+		nc.over = true
+		close(nc.expired)
+	}
+	timer, stopParent := nc.timer, nc.stopParent
+	nc.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	if stopParent != nil {
+		stopParent()
+	}
+}
+
+func (nc *nodeCall) cancel()      { nc.stop(context.Canceled) }
+func (nc *nodeCall) parentEnded() { nc.stop(nc.parent.Err()) }
+
+// Deadline implements context.Context.
+func (nc *nodeCall) Deadline() (time.Time, bool) { return nc.deadline, true }
+
+// Done implements context.Context.
+func (nc *nodeCall) Done() <-chan struct{} { return nc.done }
+
+// Err implements context.Context.
+func (nc *nodeCall) Err() error {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.err
+}
+
+// Value implements context.Context: the parent's values.
 func (nc *nodeCall) Value(key any) any {
-	if key == (nodeCallKey{}) {
+	if key == (callKey{}) {
 		return nc
 	}
-	return nc.Context.Value(key)
+	return nc.parent.Value(key)
+}
+
+func (nc *nodeCall) String() string { return "redlock.nodeCall" }
+
+// hold records that a command of this vote holds a slot of q.
+func (nc *nodeCall) hold(q *nodeQueue) {
+	nc.mu.Lock()
+	if nc.held == nil {
+		nc.held = nc.heldBuf[:0]
+	}
+	nc.held = append(nc.held, q)
+	nc.mu.Unlock()
+}
+
+// unhold undoes one hold(q).
+func (nc *nodeCall) unhold(q *nodeQueue) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	for i, h := range nc.held {
+		if h == q {
+			last := len(nc.held) - 1
+			nc.held[i], nc.held[last] = nc.held[last], nil
+			nc.held = nc.held[:last]
+			return
+		}
+	}
+}
+
+// holds reports whether a command of this vote holds a slot of q.
+func (nc *nodeCall) holds(q *nodeQueue) bool {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	for _, h := range nc.held {
+		if h == q {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanupCall is the context of a clean-up call made by a node call of the
+// vote nc: nc's values, deadline and end (a parent that never ends, so no
+// cancellation from the caller), and on a node with a queue, a wait for the
+// node's turn until until (see cleanupContext).
+type cleanupCall struct {
+	nc    *nodeCall
+	until time.Time
+}
+
+func (cc *cleanupCall) Deadline() (time.Time, bool) { return cc.nc.Deadline() }
+func (cc *cleanupCall) Done() <-chan struct{}       { return cc.nc.Done() }
+func (cc *cleanupCall) Err() error                  { return cc.nc.Err() }
+func (cc *cleanupCall) String() string              { return "redlock.cleanupCall" }
+
+func (cc *cleanupCall) Value(key any) any {
+	if key == (callKey{}) {
+		return cc
+	}
+	return cc.nc.Value(key)
 }
 
 type queueByKey struct{}
@@ -297,6 +557,11 @@ type queueBy struct {
 	by       time.Time
 	unwanted <-chan struct{}
 	turn     turn // taken when the queueBy is made: see withQueueBy
+
+	// first is the nodeCall of the first vote made with it, allocated
+	// with it: most attempts make one vote.
+	taken atomic.Bool
+	first nodeCall
 }
 
 func (q *queueBy) Value(key any) any {
@@ -330,20 +595,32 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 		return nodeCtx, nodeCtx.Done(), cancel
 	}
 	start := time.Now()
-	by, unwanted, turn := start.Add(timeout), (<-chan struct{})(nil), turn{}
-	if q, ok := ctx.Value(queueByKey{}).(*queueBy); ok {
-		by, unwanted, turn = q.by, q.unwanted, q.turn
+	by, unwanted, t := start.Add(timeout), (<-chan struct{})(nil), turn{}
+	q, ok := ctx.(*queueBy) // as the votes pass it: no walk up the values
+	if !ok {
+		q, ok = ctx.Value(queueByKey{}).(*queueBy)
+	}
+	var nc *nodeCall
+	if ok {
+		by, unwanted, t = q.by, q.unwanted, q.turn
+		if q.taken.CompareAndSwap(false, true) {
+			nc = &q.first
+		}
 	} else {
-		turn = nextTurn(start)
+		t = nextTurn(start)
+	}
+	if nc == nil {
+		nc = new(nodeCall)
 	}
 	if by.Before(start) {
 		by = start // the budget is spent: a slot now or never
 	}
-	outer, cancelOuter := context.WithDeadline(ctx, by.Add(timeout))
-	inner, cancelInner := context.WithDeadline(outer, start.Add(timeout))
-	cancel = func() { cancelInner(); cancelOuter() }
-	return &nodeCall{Context: inner, outer: outer, start: start, queueBy: by, timeout: timeout, unwanted: unwanted, turn: turn}, outer.Done(), cancel
+	nc.init(ctx, start, by, timeout, unwanted, t)
+	return nc, nc.expired, nc.cancel
 }
+
+// noCancel is the CancelFunc of a context that needs none.
+func noCancel() {}
 
 // cleanupContext returns the context of one clean-up call (a delete) to a
 // node, with ctx's values but not its cancellation. On nodes with a queue it
@@ -352,7 +629,23 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 // the key until then), and then has the per-node timeout; elsewhere it has
 // the per-node timeout from now. Such calls run in the background, tracked by
 // the Client, so Close waits for them.
+//
+// Called by a vote's node call whose vote cannot be cancelled (the vote of a
+// release), it returns the vote's own cleanupCall: a call that finds its
+// slot free at once then runs on the vote's deadline, which is its own
+// within queueSlack, and nothing is allocated.
 func (c *Client) cleanupContext(ctx context.Context, until time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if nc, ok := ctx.(*nodeCall); ok && c.queued && nc.parentDone == nil && nc.timeout == timeout && nc.deadline.Equal(nc.start.Add(timeout)) {
+		nc.mu.Lock()
+		if nc.cleanup.nc == nil {
+			nc.cleanup = cleanupCall{nc: nc, until: until}
+		}
+		same := nc.cleanup.until.Equal(until)
+		nc.mu.Unlock()
+		if same {
+			return &nc.cleanup, noCancel
+		}
+	}
 	nctx, _, cancel := c.nodeContext(c.withQueueBy(context.WithoutCancel(ctx), until, nil), timeout)
 	return nctx, cancel
 }

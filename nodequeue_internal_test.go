@@ -1,10 +1,13 @@
 package redlock
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -124,4 +127,168 @@ func turnsOf(ncs []*nodeCall) []uint64 {
 		seqs[i] = nc.turn.seq
 	}
 	return seqs
+}
+
+// TestNodeQueue_VoteContextClock: a vote's node context ends at the per-node
+// timeout from the vote's start, its expired channel a per-node timeout
+// after the vote's queue deadline; both end at once with the parent (or at
+// the parent's earlier deadline) and when cancelled, and carry the parent's
+// values.
+func TestNodeQueue_VoteContextClock(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	type key struct{}
+	isClosed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	c := &Client{queued: true}
+
+	t.Run("deadline then end", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			parent := context.WithValue(context.Background(), key{}, "v")
+			nctx, expired, cancel := c.nodeContext(c.withQueueBy(parent, start.Add(50*time.Millisecond), nil), timeout)
+			defer cancel()
+			dl, ok := nctx.Deadline()
+			require.True(t, ok)
+			require.Equal(t, start.Add(timeout), dl)
+			require.Equal(t, "v", nctx.Value(key{}))
+
+			time.Sleep(timeout - time.Nanosecond)
+			synctest.Wait()
+			require.NoError(t, nctx.Err())
+			require.False(t, isClosed(nctx.Done()))
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			require.ErrorIs(t, nctx.Err(), context.DeadlineExceeded)
+			require.True(t, isClosed(nctx.Done()))
+			require.False(t, isClosed(expired), "expired before the queue deadline + timeout")
+
+			time.Sleep(50*time.Millisecond - time.Nanosecond) // start + 60 ms − 1 ns
+			synctest.Wait()
+			require.False(t, isClosed(expired))
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			require.True(t, isClosed(expired))
+		})
+	})
+	t.Run("parent cancelled", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			parent, cancelParent := context.WithCancel(context.Background())
+			nctx, expired, cancel := c.nodeContext(parent, timeout)
+			defer cancel()
+			cancelParent()
+			synctest.Wait()
+			require.ErrorIs(t, nctx.Err(), context.Canceled)
+			require.True(t, isClosed(expired))
+		})
+	})
+	t.Run("parent already ended", func(t *testing.T) {
+		parent, cancelParent := context.WithCancel(context.Background())
+		cancelParent()
+		nctx, expired, cancel := c.nodeContext(parent, timeout)
+		defer cancel()
+		require.ErrorIs(t, nctx.Err(), context.Canceled, "at once, before any command is sent")
+		require.True(t, isClosed(expired))
+	})
+	t.Run("parent deadline sooner", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			parent, cancelParent := context.WithTimeout(context.Background(), timeout/2)
+			defer cancelParent()
+			nctx, expired, cancel := c.nodeContext(parent, timeout)
+			defer cancel()
+			dl, _ := nctx.Deadline()
+			require.Equal(t, start.Add(timeout/2), dl)
+			time.Sleep(timeout / 2)
+			synctest.Wait()
+			require.ErrorIs(t, nctx.Err(), context.DeadlineExceeded)
+			require.True(t, isClosed(expired))
+		})
+	})
+	t.Run("cancel", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			nctx, expired, cancel := c.nodeContext(context.Background(), timeout)
+			cancel()
+			require.ErrorIs(t, nctx.Err(), context.Canceled)
+			require.True(t, isClosed(expired))
+			time.Sleep(3 * timeout) // the stopped clock changes nothing
+			require.ErrorIs(t, nctx.Err(), context.Canceled)
+		})
+	})
+}
+
+// TestNodeQueue_CleanupContext: a clean-up called from a release's vote (a
+// parent that never ends) runs on the vote's deadline and values; one called
+// with a context that can end is not ended by it.
+func TestNodeQueue_CleanupContext(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	type key struct{}
+	c := &Client{queued: true}
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		vctx, _, cancelVote := c.nodeContext(context.WithoutCancel(parent), timeout)
+		defer cancelVote()
+		cctx, cancel := c.cleanupContext(vctx, start.Add(time.Second), timeout)
+		defer cancel()
+		dl, _ := cctx.Deadline()
+		require.Equal(t, start.Add(timeout), dl)
+		require.Equal(t, "v", cctx.Value(key{}))
+
+		// A vote that its caller can cancel: its clean-up outlives that.
+		vctx2, _, cancelVote2 := c.nodeContext(parent, timeout)
+		defer cancelVote2()
+		cctx2, cancel2 := c.cleanupContext(vctx2, start.Add(time.Second), timeout)
+		defer cancel2()
+		cancelParent()
+		synctest.Wait()
+		require.ErrorIs(t, vctx2.Err(), context.Canceled)
+		require.NoError(t, cctx2.Err(), "the clean-up ended with its caller")
+		require.Equal(t, "v", cctx2.Value(key{}))
+		time.Sleep(timeout)
+		synctest.Wait()
+		require.ErrorIs(t, cctx2.Err(), context.DeadlineExceeded)
+	})
+}
+
+// TestNodeQueue_FreeSlotAllocations: the allocations of a vote's context and
+// of a command that finds its node's slot free, with a release's clean-up
+// on top. With two nested context.WithDeadline per vote and a context
+// wrapper per command, the C1 profile counted about 13 per vote context, 2
+// per command, and a vote context more per clean-up (docs/performance.md,
+// "Allocations of the per-node queue").
+func TestNodeQueue_FreeSlotAllocations(t *testing.T) {
+	c := &Client{queued: true}
+	q := newNodeQueue(2)
+	command := func(ctx context.Context) {
+		a, err := q.admit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.exit(a)
+	}
+	vote := testing.AllocsPerRun(100, func() {
+		nctx, _, cancel := c.nodeContext(context.Background(), time.Second)
+		command(nctx)
+		cancel()
+	})
+	release := testing.AllocsPerRun(100, func() {
+		nctx, _, cancel := c.nodeContext(context.Background(), time.Second)
+		cctx, cancelCleanup := c.cleanupContext(nctx, time.Now().Add(time.Second), time.Second)
+		command(cctx)
+		cancelCleanup()
+		cancel()
+	})
+	t.Logf("allocations: vote and command %v, with a clean-up %v", vote, release)
+	if vote > 6 || release > 6 {
+		t.Errorf("allocations: vote and command %v, with a clean-up %v; want at most 6", vote, release)
+	}
+	if q.busy != 0 {
+		t.Errorf("%d slots left taken", q.busy)
+	}
 }

@@ -309,3 +309,56 @@ func TestDial_DecidedVoteDropsQueuedCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestDial_ConnectionSetUpRunsInTheCommandsSlot: when go-redis opens a
+// connection for a command that holds its node's slot, it first sends its
+// own commands on it through the same hooks: HELLO, and a pipeline (SELECT,
+// here, for database 1). They must run in the command's slot: with one
+// connection per node, a set-up that waited for a slot of its own would wait
+// for the command that waits for it, until the per-node timeout. Five
+// acquisitions at once on fresh clients, each node opening its connection
+// inside the first command: all succeed on their first attempt, no node is
+// reported timed out, and every node saw the set-up.
+func TestDial_ConnectionSetUpRunsInTheCommandsSlot(t *testing.T) {
+	const calls = 5
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		count, attempts, timedOut := acquireCounter()
+		nodes := make([]*testNode, 3)
+		urls := make([]string, len(nodes))
+		var setUp [3]atomic.Int64 // HELLO and SELECT seen per node
+		for i := range nodes {
+			nodes[i] = newTestNode(t, i)
+			urls[i] = "redis://" + nodes[i].addr + "/1"
+			require.NoError(t, redlock.LoadScripts(context.Background(), nodes[i].rc))
+			nodes[i].SlowIf(0, func(cmd string, _ []string) bool {
+				if cmd == "HELLO" || cmd == "SELECT" {
+					setUp[i].Add(1)
+				}
+				return false
+			})
+		}
+		rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+			o.PoolSize = 1
+			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].m.Dial() }
+		}, count)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rl.Close()) }()
+
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				l, err := rl.TryAcquire(ctx, fmt.Sprintf("job-%d", i), 10*time.Second)
+				if assert.NoError(t, err, "call %d", i) {
+					assert.NoError(t, l.Release(ctx), "call %d", i)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, timedOut.Load(), "node results reported timed out")
+		assert.Equal(t, int64(calls), attempts.Load(), "attempts: one per call")
+		for i := range nodes {
+			assert.GreaterOrEqual(t, setUp[i].Load(), int64(2), "node %d: HELLO and SELECT on its connection", i)
+		}
+	})
+}

@@ -10,13 +10,17 @@ import (
 	"time"
 )
 
-// The operations an Event reports, as in QuorumError.Op.
+// Op names an operation: the one an Event reports, a Tracer follows, or a
+// QuorumError failed at. It prints as a lower-case word ("acquire").
+type Op string
+
+// The operations. QuorumError.Op is OpAcquire, OpExtend or OpRelease.
 const (
-	OpAcquire = "acquire" // one acquisition attempt (Acquire may make several)
-	OpExtend  = "extend"  // one Extend call, by the caller or by a Lease
-	OpRelease = "release" // one Release call that went to the nodes
-	OpLost    = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
-	OpDo      = "do"      // one Do call (Tracer.StartCall only)
+	OpAcquire Op = "acquire" // one acquisition attempt (Acquire may make several)
+	OpExtend  Op = "extend"  // one Extend call, by the caller or by a Lease
+	OpRelease Op = "release" // one Release call that went to the nodes
+	OpLost    Op = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
+	OpDo      Op = "do"      // one Do call (Tracer.StartCall only)
 )
 
 // Event describes one finished operation, for metrics and tracing. The
@@ -25,7 +29,7 @@ const (
 // password.
 type Event struct {
 	// Op is OpAcquire, OpExtend, OpRelease or OpLost.
-	Op string
+	Op Op
 	// Key is the key as the caller named it (without the prefix).
 	Key string
 	// OK reports whether the operation succeeded: the attempt acquired the
@@ -80,7 +84,7 @@ type Tracer interface {
 	// returns, with the Lock it returns (Acquire, Extend; nil otherwise) and
 	// its error (nil for a Do whose fn panicked: the panic goes on after
 	// it). Like Observe, both must be quick.
-	StartCall(ctx context.Context, op, key string) (context.Context, func(*Lock, error))
+	StartCall(ctx context.Context, op Op, key string) (context.Context, func(*Lock, error))
 	// ObserveContext receives each Event in place of Observe, with the
 	// context of the operation: the one StartCall returned for the call the
 	// Event belongs to, or a Lease's context for OpLost.
@@ -109,7 +113,7 @@ func WithObserver(o Observer) Option {
 }
 
 // eventLevel is the level an Event is logged at: see observe.
-func eventLevel(op string, ok bool) slog.Level {
+func eventLevel(op Op, ok bool) slog.Level {
 	if !ok && op != OpAcquire {
 		return slog.LevelWarn
 	}
@@ -120,7 +124,7 @@ func eventLevel(op string, ok bool) slog.Level {
 // (or Tracer) is set, or the logger is enabled at the Event's level. When
 // not, the Event is not built at all: no copy of the node results, no error
 // value, on every operation of a Client nobody watches.
-func (c config) wantsEvent(ctx context.Context, op string, ok bool) bool {
+func (c config) wantsEvent(ctx context.Context, op Op, ok bool) bool {
 	return c.observer != nil || c.logger.Enabled(ctx, eventLevel(op, ok))
 }
 
@@ -141,7 +145,7 @@ func (c config) observe(ctx context.Context, ev Event) {
 }
 
 // startCall tells a Tracer that a call begins (see Tracer.StartCall).
-func (c config) startCall(ctx context.Context, op, key string) (context.Context, func(*Lock, error)) {
+func (c config) startCall(ctx context.Context, op Op, key string) (context.Context, func(*Lock, error)) {
 	if t, ok := c.observer.(Tracer); ok {
 		return t.StartCall(ctx, op, key)
 	}
@@ -153,11 +157,11 @@ func logMessage(ev Event) string {
 	case ev.Op == OpLost:
 		return "redlock: lock lost"
 	case ev.OK:
-		return "redlock: " + ev.Op
+		return "redlock: " + string(ev.Op)
 	case ev.Op == OpAcquire:
 		return "redlock: acquire attempt failed"
 	}
-	return "redlock: " + ev.Op + " failed"
+	return "redlock: " + string(ev.Op) + " failed"
 }
 
 // eventAttrs renders an Event for a log line. Node names are addresses (or
@@ -226,7 +230,7 @@ func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok 
 		if cause == nil {
 			cause = ctx.Err()
 		}
-		ev.Err = &QuorumError{Op: OpAcquire, Key: key, Quorum: c.quorum, Granted: t.granted, Nodes: t.results, Err: ErrNotAcquired, Cause: cause}
+		ev.Err = newQuorumError(OpAcquire, key, c.quorum, t, ErrNotAcquired, cause)
 	}
 	cfg.observe(ctx, ev)
 }
@@ -234,7 +238,7 @@ func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok 
 // observeOp reports an extension or a release. Calls rejected before any
 // round trip for bad arguments or a closed client are not reported; an
 // extension refused because the validity had run out is.
-func (l *Lock) observeOp(ctx context.Context, op string, start time.Time, ttl time.Duration, t *tally, next *Lock, err error) {
+func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, ttl time.Duration, t *tally, next *Lock, err error) {
 	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrClosed) || !l.cfg.wantsEvent(ctx, op, err == nil) {
 		return
 	}

@@ -16,6 +16,21 @@ import (
 // An option given bad values makes the call return ErrInvalidArgument.
 type Option func(*config) error
 
+// apply applies opts in order, the one option loop of New, Acquire,
+// KeepAlive, Do and CheckTTL: a nil option or an option's own error (which
+// wraps ErrInvalidArgument) stops it.
+func (cfg *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		}
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type config struct {
 	driftFactor float64
 	nodeTimeout time.Duration // 0: derived from the TTL, see defaultNodeTimeout

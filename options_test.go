@@ -85,6 +85,32 @@ func requireInvalid(t *testing.T, err error, msg string) {
 	assert.ErrorContains(t, err, msg)
 }
 
+// requireNoClient requires build (New or Dial with bad input) to return,
+// without panicking, no Client and an ErrInvalidArgument whose text
+// contains msg; it returns the error.
+func requireNoClient(t *testing.T, msg string, build func() (*redlock.Client, error)) error {
+	t.Helper()
+	var (
+		rl  *redlock.Client
+		err error
+	)
+	require.NotPanics(t, func() { rl, err = build() })
+	assert.Nil(t, rl)
+	requireInvalid(t, err, msg)
+	return err
+}
+
+// requireNewInvalid requires New over one node (never dialed) to refuse
+// opts with an ErrInvalidArgument whose text contains msg.
+func requireNewInvalid(t *testing.T, msg string, opts ...redlock.Option) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rc.Close()
+	requireNoClient(t, msg, func() (*redlock.Client, error) {
+		return redlock.New([]redis.UniversalClient{rc}, opts...)
+	})
+}
+
 func TestNew_BadInput(t *testing.T) {
 	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"})
 	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"}) // another client, same node
@@ -104,20 +130,12 @@ func TestNew_BadInput(t *testing.T) {
 		{"same address twice", []redis.UniversalClient{a, b}, "same node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var (
-				rl  *redlock.Client
-				err error
-			)
-			require.NotPanics(t, func() { rl, err = redlock.New(tc.clients) })
-			assert.Nil(t, rl)
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.New(tc.clients) })
 		})
 	}
 	for _, tc := range badOptions {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			require.NotPanics(t, func() { _, err = redlock.New([]redis.UniversalClient{a}, tc.opt) })
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.New([]redis.UniversalClient{a}, tc.opt) })
 		})
 	}
 }
@@ -143,13 +161,7 @@ func TestDial_BadInput(t *testing.T) {
 		{"duplicate address, db spelled out", []string{"redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002", "redis://127.0.0.1:7001"}, "node 2", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var (
-				rl  *redlock.Client
-				err error
-			)
-			require.NotPanics(t, func() { rl, err = redlock.Dial(tc.urls) })
-			assert.Nil(t, rl)
-			requireInvalid(t, err, tc.msg)
+			err := requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.Dial(tc.urls) })
 			if tc.secret != "" {
 				assert.NotContains(t, err.Error(), tc.secret)
 			}
@@ -157,9 +169,7 @@ func TestDial_BadInput(t *testing.T) {
 	}
 	for _, tc := range badOptions {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			require.NotPanics(t, func() { _, err = redlock.Dial([]string{"redis://127.0.0.1:7001"}, tc.opt) })
-			requireInvalid(t, err, tc.msg)
+			requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.Dial([]string{"redis://127.0.0.1:7001"}, tc.opt) })
 		})
 	}
 }
@@ -221,12 +231,10 @@ func TestAcquire_BadInput(t *testing.T) {
 			require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)
 			assert.ErrorContains(t, err, tc.msg, tc.name)
 		}
-		synctest.Wait()
-		c.requireNoKey(t, "k")
+		c.requireGone(t, "k")
 
 		// Extend checks its TTL the same way, before any round trip.
-		l, err := c.rl.Acquire(ctx, "k", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "k", ttl10s)
 		for _, bad := range []time.Duration{0, -time.Second, 500 * time.Microsecond, 2 * time.Millisecond, time.Second + time.Microsecond} {
 			l2, err := l.Extend(ctx, bad)
 			assert.Nil(t, l2)
@@ -240,20 +248,18 @@ func TestClient_ErrClosedAfterClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "k", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "k", ttl10s)
 		require.NoError(t, c.rl.Close())
 		require.NoError(t, c.rl.Close(), "Close is idempotent")
 
-		_, err = c.rl.Acquire(ctx, "other", ttl10s)
+		_, err := c.rl.Acquire(ctx, "other", ttl10s)
 		require.ErrorIs(t, err, redlock.ErrClosed)
 		_, err = c.rl.TryAcquire(ctx, "other", ttl10s)
 		require.ErrorIs(t, err, redlock.ErrClosed)
 		_, err = l.Extend(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrClosed)
 		require.ErrorIs(t, l.Release(ctx), redlock.ErrClosed)
-		synctest.Wait()
-		c.requireNoKey(t, "other")
+		c.requireGone(t, "other")
 	})
 }
 
@@ -275,8 +281,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		ctx := context.Background()
 		ev := &eventLog{}
 		c := newCluster(t, 3, redlock.WithObserver(ev))
-		l, err := c.rl.Acquire(ctx, "held", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "held", ttl10s)
 		ran := false
 		for _, tc := range append(badOptions[:len(badOptions):len(badOptions)], badForTTL10s...) {
 			var err error
@@ -294,9 +299,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		assert.False(t, ran, "fn never ran")
 		n, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 1, n, "no attempt was made with a bad option")
-		require.NoError(t, l.Release(ctx))
-		synctest.Wait() // the deletes Release did not wait for
-		c.requireNoKey(t, "k")
+		c.releaseAndRequireGone(t, ctx, l, "k")
 	})
 }
 
@@ -329,8 +332,7 @@ func TestTTL_SmallestUsable(t *testing.T) {
 				err = c.rl.Do(ctx, "job", short, func(context.Context) error { return nil })
 				requireInvalid(t, err, "smallest usable ttl")
 
-				l, err := c.rl.TryAcquire(ctx, "job", tc.min)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, "job", tc.min)
 				assert.Positive(t, l.Validity())
 				_, err = l.Extend(ctx, short)
 				requireInvalid(t, err, "smallest usable ttl")

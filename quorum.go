@@ -101,117 +101,143 @@ func (t *tally) brandNew() bool { return t.others == 0 && t.fresh >= t.need }
 // nodeOp runs one operation against one node with the given context.
 type nodeOp func(ctx context.Context, n *node) reply
 
-// vote sends op to every node at once and returns as soon as the outcome is
-// known: `need` nodes applied it, or so many refused or failed that `need`
-// can no longer be reached, or the per-node timeout or ctx ended (pending
-// nodes are then marked timed out or canceled). It does not wait for
-// stragglers, unless all is true: then it waits for every node's answer, up
-// to the per-node timeout (release and clean-up want every node). Replies that arrive after the decision are passed to late, in
-// the goroutine that received them; late may be nil.
+// voteQuorum sends op to every node at once and returns as soon as the
+// outcome is known: a majority (the quorum) applied it, or so many refused
+// or failed that the quorum can no longer be reached, or the per-node
+// timeout or ctx ended (pending nodes are then marked timed out or
+// canceled). It does not wait for stragglers: replies that arrive after the
+// decision are passed to late, in the goroutine that received them; late
+// may be nil.
 //
 // The returned channel is closed once every node call of this vote has
 // finished (each is bounded by the per-node timeout) and every late callback
 // has run. The client's WaitGroup also tracks them, so Close waits for them
 // too. A channel, not a function: a caller that makes many votes keeps only
 // those not yet done, and nothing of a finished vote stays reachable.
-func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
+func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
+	return c.startVote(ctx, timeout, c.quorum, false, op, late).count(ctx)
+}
+
+// voteAll is voteQuorum waiting for every node's answer, up to the
+// per-node timeout, for the operations that want every node (a failed
+// acquisition's clean-up, putting keys back after an extension).
+func (c *Client) voteAll(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan struct{}) {
+	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil).count(ctx)
+}
+
+// startVote makes the ballot and starts one node call per node.
+func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply)) *ballot {
 	n := len(c.nodes)
-	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{})}
+	b := &ballot{replies: make(chan reply, n), late: late, done: make(chan struct{}), all: all}
 	t := &b.tally
 	both := make([]uint64, 2*n) // counters and epochs, in one allocation
 	t.results, t.counters, t.epochs, t.need = make([]NodeResult, n), both[:n:n], both[n:], need
 	for i, nd := range c.nodes {
 		t.results[i] = NodeResult{Node: nd.name, Outcome: OutcomePending}
 	}
-
 	// One goroutine per node call and no other: the last call to finish
 	// ends the vote's context and closes done (no waiter goroutine).
-	var expired <-chan struct{}
-	b.ctx, expired, b.cancel = c.nodeContext(ctx, timeout) // nodequeue.go
+	b.ctx, b.expired, b.cancel = c.nodeContext(ctx, timeout) // nodequeue.go
 	b.untrack = c.track()
 	b.running.Store(int32(n))
 	for i, nd := range c.nodes {
 		go b.call(i, nd, op)
 	}
+	return b
+}
 
-	answered := 0
-	record := func(r reply) {
-		answered++
-		res := &t.results[r.idx]
-		res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
-		if res.Outcome == OutcomeTimedOut {
-			// The caller's deadline cuts a node call short just as the
-			// per-node timeout would: say whose deadline it was.
-			if cause := callerEnded(ctx); cause != nil {
-				res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
-			}
-		}
-		t.counters[r.idx], t.epochs[r.idx] = r.counter, uint64(r.epoch)
-		switch res.Outcome {
-		case OutcomeGranted:
-			t.granted++
-		case OutcomeQuarantined:
-			res.QuarantineLeft = r.left
-		}
-		switch {
-		case r.err != nil:
-		case res.Outcome == OutcomeQuarantined && r.epoch == epochNew:
-			t.fresh++
-		default:
-			t.others++
-		}
-	}
-	decide := func() bool {
-		if all {
-			return answered == n
-		}
-		// While every answer so far is a fresh epoch, the key may be brand
-		// new: that needs every node's answer (or its timeout), since one
-		// late node with history decides it is not.
-		possible := t.granted + (n - answered)
-		if t.others == 0 {
-			possible += t.fresh
-		}
-		return t.granted >= need || answered == n || possible < need
-	}
-
+// count records the replies until the vote is decided, then hands the
+// later ones over to late. ctx is the caller's context the vote was
+// started with.
+func (b *ballot) count(ctx context.Context) (*tally, <-chan struct{}) {
 	// expired fires at the per-node timeout (after the wait for a slot on
 	// nodes with a queue, see nodeContext) or when ctx ends, whichever is
 	// first, even if a node call ignores its context (a user's client
 	// without ContextTimeoutEnabled).
 	byClock := false
-	for !byClock && !decide() {
+	for !byClock && !b.decided() {
 		select {
 		case r := <-b.replies:
-			record(r)
-		case <-expired:
+			b.record(ctx, r)
+		case <-b.expired:
 			byClock = true
 		}
 	}
 
 	b.mu.Lock()
-	b.decided = true
+	b.closed = true
 	// Replies queued before the decision still count: a node that answered
 	// in time must not be reported as timed out.
 	for len(b.replies) > 0 {
-		record(<-b.replies)
+		b.record(ctx, <-b.replies)
 	}
 	b.mu.Unlock()
 
 	if byClock {
-		// Decided by the clock or the caller: whoever has not answered is
-		// timed out, or canceled when the caller's context ended.
-		pending, cause := OutcomeTimedOut, error(context.DeadlineExceeded)
-		if err := callerEnded(ctx); err != nil {
-			pending, cause = OutcomeCanceled, err
-		}
-		for i := range t.results {
-			if t.results[i].Outcome == OutcomePending {
-				t.results[i].Outcome, t.results[i].Err = pending, cause
-			}
+		b.markPending(ctx)
+	}
+	return &b.tally, b.done
+}
+
+// record counts one node's reply.
+func (b *ballot) record(ctx context.Context, r reply) {
+	t := &b.tally
+	b.answered++
+	res := &t.results[r.idx]
+	res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+	if res.Outcome == OutcomeTimedOut {
+		// The caller's deadline cuts a node call short just as the
+		// per-node timeout would: say whose deadline it was.
+		if cause := callerEnded(ctx); cause != nil {
+			res.Outcome, res.Err = OutcomeCanceled, fmt.Errorf("%w: %w", cause, r.err)
 		}
 	}
-	return t, b.done
+	t.counters[r.idx], t.epochs[r.idx] = r.counter, uint64(r.epoch)
+	switch res.Outcome {
+	case OutcomeGranted:
+		t.granted++
+	case OutcomeQuarantined:
+		res.QuarantineLeft = r.left
+	}
+	switch {
+	case r.err != nil:
+	case res.Outcome == OutcomeQuarantined && r.epoch == epochNew:
+		t.fresh++
+	default:
+		t.others++
+	}
+}
+
+// decided reports whether the answers so far decide the vote: every node
+// answered, or (voteQuorum) the quorum was reached or can no longer be.
+func (b *ballot) decided() bool {
+	t, n := &b.tally, len(b.results)
+	if b.all {
+		return b.answered == n
+	}
+	// While every answer so far is a fresh epoch, the key may be brand
+	// new: that needs every node's answer (or its timeout), since one
+	// late node with history decides it is not.
+	possible := t.granted + (n - b.answered)
+	if t.others == 0 {
+		possible += t.fresh
+	}
+	return t.granted >= t.need || b.answered == n || possible < t.need
+}
+
+// markPending marks the nodes that had not answered when the clock or the
+// caller decided the vote: timed out, or canceled when the caller's context
+// ended.
+func (b *ballot) markPending(ctx context.Context) {
+	pending, cause := OutcomeTimedOut, error(context.DeadlineExceeded)
+	if err := callerEnded(ctx); err != nil {
+		pending, cause = OutcomeCanceled, err
+	}
+	for i := range b.results {
+		if b.results[i].Outcome == OutcomePending {
+			b.results[i].Outcome, b.results[i].Err = pending, cause
+		}
+	}
 }
 
 // ballot is the state one vote shares with its node calls, in one
@@ -219,12 +245,16 @@ func (c *Client) vote(ctx context.Context, timeout time.Duration, need int, all 
 // replies to it (or to late, once decided).
 type ballot struct {
 	tally
+	all      bool // voteAll: decided only once every node answered
+	answered int  // replies recorded, read by the decision loop only
+
 	mu      sync.Mutex
-	decided bool
+	closed  bool // decided: replies go to late
 	replies chan reply
 	late    func(reply)
 
 	ctx     context.Context // the node calls' context: per-node timeout
+	expired <-chan struct{} // fires at the per-node timeout or when the caller's context ends
 	cancel  context.CancelFunc
 	untrack func()
 	done    chan struct{}
@@ -250,7 +280,7 @@ func (b *ballot) call(i int, nd *node, op nodeOp) {
 // decided; the mutex makes the hand-over exact.
 func (b *ballot) deliver(r reply) {
 	b.mu.Lock()
-	if !b.decided {
+	if !b.closed {
 		b.replies <- r
 		b.mu.Unlock()
 		return

@@ -78,8 +78,8 @@ func (n *node) limitBacklog(rc any) {
 	}
 }
 
-// enter counts one more call to node n and returns the function that ends
-// it; ok is false (and nothing is counted) when the call is an acquisition
+// enter counts one more call to node n, which n.exit ends; it returns false
+// (and counts nothing) when the call is an acquisition
 // (acquire) that n must not be sent: n lags behind the nodes that decide
 // the votes, with as many calls still running after their votes were
 // decided (late) as its pool has connections, while a majority of the
@@ -94,13 +94,17 @@ func (n *node) limitBacklog(rc any) {
 // majority; deletes are never shed. When every node is that busy (a burst
 // of acquisitions), nothing is shed: the client's own queue is the limit
 // then, and the per-node timeout applies as before.
-func (c *Client) enter(n *node, acquire bool) (exit func(), ok bool) {
+func (c *Client) enter(n *node, acquire bool) bool {
 	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
-		return nil, false
+		return false
 	}
 	n.backlog.Add(1)
-	return func() { n.backlog.Add(-1) }, true
+	return true
 }
+
+// exit ends a call that enter counted (a method, not a closure: no
+// allocation per call).
+func (n *node) exit() { n.backlog.Add(-1) }
 
 // majorityKeepsUp reports whether a majority of the nodes have fewer calls
 // running than their pool has connections (a node without a known pool
@@ -293,13 +297,8 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		seen[n.name] = i
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	if err := cfg.checkRetention(0); err != nil {
 		return nil, err
@@ -442,13 +441,8 @@ func (c *Client) Close() error {
 // wrapping its cause. Any other context, or another Client, contends as usual.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	cfg := c.cfg
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
 	}
 	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
 		return l, err

@@ -37,8 +37,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				assert.Equal(t, n/2+1, c.rl.Quorum())
 
 				start := time.Now()
-				l, err := c.rl.Acquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				l := c.acquire(t, ctx, "report", ttl10s)
 				assert.Zero(t, time.Since(start), "nodes answer at once; Acquire must not wait for anything else")
 
 				drift := redlock.Drift(ttl10s, redlock.DefaultDriftFactor)
@@ -85,13 +84,10 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 					assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d: extend resets the TTL", i)
 				}
 
-				require.NoError(t, l2.Release(ctx))
-				synctest.Wait() // the deletes Release did not wait for
-				c.requireNoKey(t, "report")
+				c.releaseAndRequireGone(t, ctx, l2, "report")
 
 				// Released: the next holder gets it at once, with a higher token.
-				l3, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				l3 := c.tryAcquire(t, ctx, "report", ttl10s)
 				assert.Equal(t, token+1, l3.Token(), "the counters agreed: each grant adds one")
 				require.NoError(t, l3.Release(ctx))
 			})
@@ -103,18 +99,14 @@ func TestAcquire_KeyPrefix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithKeyPrefix("lock:"))
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		assert.Equal(t, "report", l.Key())
 		for _, nd := range c.nodes {
 			assert.Equal(t, l.Owner(), nd.Value("lock:report"))
 			assert.False(t, nd.Has("report"))
 			assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{lock:report}:fence"))
 		}
-		require.NoError(t, l.Release(ctx))
-		synctest.Wait() // the deletes Release did not wait for
-		c.requireNoKey(t, "lock:report")
+		c.releaseAndRequireGone(t, ctx, l, "lock:report")
 	})
 }
 
@@ -187,17 +179,14 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3, redlock.WithFencing(false))
 		for range 2 {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", ttl10s)
 			assert.Zero(t, l.Token())
 			require.NoError(t, l.Release(ctx))
 		}
-		synctest.Wait()
-		c.requireNoKey(t, "{report}:fence")
+		c.requireGone(t, "{report}:fence")
 
 		// The option also works per call.
-		l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithFencing(true))
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s, redlock.WithFencing(true))
 		assert.Equal(t, firstToken(time.Now()), l.Token(), "seeded from the clock")
 		require.NoError(t, l.Release(ctx))
 	})
@@ -209,8 +198,7 @@ func TestAcquire_OwnerValuesAreRandomAndLong(t *testing.T) {
 		c := newCluster(t, 3)
 		seen := map[string]bool{}
 		for range 20 {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", ttl10s)
 			raw, err := base64.RawURLEncoding.DecodeString(l.Owner())
 			require.NoError(t, err, "owner %q", l.Owner())
 			assert.GreaterOrEqual(t, len(raw)*8, 128, "owner %q", l.Owner())
@@ -244,8 +232,7 @@ func TestAcquire_OwnerGenerator(t *testing.T) {
 			n++
 			return fmt.Sprintf("worker-7/%d", n), nil
 		})
-		l, err := c.rl.Acquire(ctx, "report", ttl10s, gen)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s, gen)
 		assert.Equal(t, "worker-7/1", l.Owner())
 		synctest.Wait()
 		for _, nd := range c.nodes {
@@ -269,8 +256,7 @@ func TestAcquire_OwnerGenerator(t *testing.T) {
 			for _, want := range tc.want {
 				assert.ErrorIs(t, err, want, name)
 			}
-			synctest.Wait()
-			c.requireNoKey(t, "report")
+			c.requireGone(t, "report")
 		}
 	})
 }
@@ -280,24 +266,20 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", time.Second)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "report", time.Second)
 			time.Sleep(time.Second + time.Millisecond)
 
 			l2, err := l.Extend(ctx, ttl10s)
 			assert.Nil(t, l2)
 			require.ErrorIs(t, err, redlock.ErrNotHeld)
-			synctest.Wait()
-			c.requireNoKey(t, "report")
+			c.requireGone(t, "report")
 		})
 	})
 	t.Run("local validity over, keys still on the nodes", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", time.Second)
-			require.NoError(t, err)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "report", time.Second)
 			// Validity is ttl − drift = 988 ms; the keys live 1 s.
 			time.Sleep(l.Validity() + time.Millisecond)
 			require.Equal(t, 3, c.holders("report"))
@@ -317,9 +299,7 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := context.Background()
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "report", ttl10s)
 			for _, nd := range c.nodes {
 				nd.m.Del("report") // e.g. a node restarted without persistence
 			}
@@ -327,13 +307,12 @@ func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
 			assert.Nil(t, l2)
 			require.ErrorIs(t, err, redlock.ErrNotHeld)
 			qe := quorumError(t, err)
-			assert.Equal(t, "extend", qe.Op)
+			assert.Equal(t, redlock.OpExtend, qe.Op)
 			assert.Zero(t, qe.Granted)
 			for _, r := range qe.Nodes {
 				assert.Contains(t, []redlock.Outcome{redlock.OutcomeNotHeld, redlock.OutcomePending}, r.Outcome)
 			}
-			synctest.Wait()
-			c.requireNoKey(t, "report")
+			c.requireGone(t, "report")
 		})
 	})
 }
@@ -342,13 +321,11 @@ func TestExtend_TakenOnMajorityIsNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		// Our keys vanished on two nodes and another client took them.
 		c.holdElsewhere(t, "report", 5*time.Second, 0, 1)
 
-		_, err = l.Extend(ctx, ttl10s)
+		_, err := l.Extend(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		synctest.Wait()
 		for _, i := range []int{0, 1} {
@@ -366,9 +343,7 @@ func TestExtend_NoQuorumKeepsOldDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[0].Refuse()
 		c.nodes[1].Refuse()
 
@@ -387,17 +362,16 @@ func TestRelease_ExpiredEverywhereIsNotHeldPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Second)
 		time.Sleep(2 * time.Second)
 
 		start := time.Now()
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		assert.Zero(t, time.Since(start), "every node answers at once: no waiting, no retry")
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
-		assert.Equal(t, "release", qe.Op)
+		assert.Equal(t, redlock.OpRelease, qe.Op)
 		requireDecidedBy(t, qe.Nodes, redlock.OutcomeNotHeld, 3)
 
 		// Releasing twice is the same.
@@ -409,14 +383,11 @@ func TestRelease_TakenBySomeoneElseIsNotDeleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Second)
 		time.Sleep(2 * time.Second) // we paused; the lock expired
-		next, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		next := c.acquireSettled(t, ctx, "report", ttl10s)
 
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		qe := quorumError(t, err)
 		requireDecidedBy(t, qe.Nodes, redlock.OutcomeTaken, 2)
@@ -432,13 +403,11 @@ func TestRelease_MajorityUnreachableIsNoQuorum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[1].Refuse()
 		c.nodes[2].Refuse()
 
-		err = l.Release(ctx)
+		err := l.Release(ctx)
 		require.ErrorIs(t, err, redlock.ErrNoQuorum)
 		qe := quorumError(t, err)
 		// Two unreachable nodes decide it: the reachable node's delete
@@ -459,9 +428,7 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		require.NoError(t, l.Release(ctx))
-		synctest.Wait() // the deletes Release did not wait for
-		c.requireNoKey(t, "report")
+		c.releaseAndRequireGone(t, ctx, l, "report")
 	})
 }
 
@@ -484,8 +451,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// release was sent to that node) is undone as soon as it arrives.
 	t.Run("late grant within the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3)
-			c.warmUp(t)
+			c := newWarmCluster(t, 3)
 			c.holdElsewhere(t, "report", ttl10s, 0, 1)
 			c.nodes[2].SlowAcquire(50 * time.Millisecond) // the release is not delayed
 
@@ -506,8 +472,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// script later; the release sent after it runs after it.
 	t.Run("grant applied after the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3)
-			c.warmUp(t)
+			c := newWarmCluster(t, 3)
 			c.holdElsewhere(t, "report", ttl10s, 0)
 			c.nodes[1].Slow(2 * time.Second)
 			c.nodes[2].Slow(2 * time.Second)
@@ -543,8 +508,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newCluster(t, 3)
-				c.warmUp(t)
+				c := newWarmCluster(t, 3)
 				c.nodes[1].Slow(2 * time.Second)
 				c.nodes[2].Slow(2 * time.Second)
 				ctx, cancel := tc.ctx()
@@ -564,8 +528,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 
 				require.NoError(t, c.rl.Close())
 				time.Sleep(3 * time.Second)
-				synctest.Wait()
-				c.requireNoKey(t, "report")
+				c.requireGone(t, "report")
 			})
 		})
 	}
@@ -605,8 +568,7 @@ func TestAcquire_AtMostOneOfManyConcurrentClientsWins(t *testing.T) {
 		for _, l := range winners {
 			require.NoError(t, l.Release(ctx))
 		}
-		synctest.Wait() // the deletes Release did not wait for
-		c.requireNoKey(t, "report")
+		c.requireGone(t, "report") // the deletes Release did not wait for
 	})
 }
 
@@ -614,8 +576,7 @@ func TestLock_SafeForConcurrentUse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		key, owner, token, until := l.Key(), l.Owner(), l.Token(), l.ValidUntil()
 
 		var wg sync.WaitGroup
@@ -654,11 +615,9 @@ func TestLock_SafeForConcurrentUse(t *testing.T) {
 func TestClose_WaitsForStragglers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.nodes[2].Slow(2 * time.Second)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)
 
 		start := time.Now()
@@ -684,8 +643,7 @@ func TestExtend_ShorterNeverEndsAnEarlierHandle(t *testing.T) {
 				if !ok {
 					c.nodes[2].FailIf(func(cmd string, args []string) bool { return isScript("acquire", cmd, args) })
 				}
-				a, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				a := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				if !ok {
 					c.nodes[1].FailIf(func(cmd string, args []string) bool { return isScript("extend", cmd, args) })
@@ -721,9 +679,7 @@ func TestExtend_LongerLengthensTheKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait() // the stragglers' grants
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		l2, err := l.Extend(ctx, 30*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 30*time.Second, l2.TTL())
@@ -753,8 +709,7 @@ func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
 				}
 				var last uint64
 				for i := range names {
-					l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("order:%d", i+1), ttl10s)
-					require.NoError(t, err)
+					l := c.tryAcquire(t, ctx, fmt.Sprintf("order:%d", i+1), ttl10s)
 					require.NoError(t, l.Release(ctx))
 					last = l.Token()
 				}
@@ -766,8 +721,7 @@ func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
 				for i, nd := range c.nodes {
 					assert.Empty(t, nd.m.Keys(), "node %d: idle names must leave nothing", i)
 				}
-				l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("order:%d", names), ttl10s)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, fmt.Sprintf("order:%d", names), ttl10s)
 				assert.Greater(t, l.Token(), last, "a re-created counter starts above every earlier token")
 			})
 		})
@@ -796,8 +750,6 @@ func TestRetention_RefreshedByExtensions(t *testing.T) {
 }
 
 func TestWithRetention_Invalid(t *testing.T) {
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rc.Close()
 	for _, opts := range [][]redlock.Option{
 		{redlock.WithRetention(0)},
 		{redlock.WithRetention(-time.Hour)},
@@ -805,9 +757,7 @@ func TestWithRetention_Invalid(t *testing.T) {
 		{redlock.WithRetention(time.Minute), redlock.WithQuarantine(2 * time.Minute)},
 		{redlock.WithQuarantine(2 * time.Minute), redlock.WithRetention(time.Minute)},
 	} {
-		_, err := redlock.New([]redis.UniversalClient{rc}, opts...)
-		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
-		assert.Contains(t, err.Error(), "retention")
+		requireNewInvalid(t, "retention", opts...)
 	}
 }
 
@@ -819,8 +769,7 @@ func TestRetention_LongerTTLIsRefused(t *testing.T) {
 		_, err := c.rl.Acquire(ctx, "report", 2*time.Minute)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "retention")
-		l, err := c.rl.Acquire(ctx, "report", time.Minute)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", time.Minute)
 		_, err = l.Extend(ctx, 2*time.Minute)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "retention")
@@ -841,8 +790,7 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 					opts = append(opts, redlock.WithQuarantine(time.Minute))
 				}
 				c := newCluster(t, 3, opts...)
-				l, err := c.rl.Acquire(ctx, "report", 900*time.Millisecond)
-				require.NoError(t, err)
+				l := c.acquire(t, ctx, "report", 900*time.Millisecond)
 				lease, err := l.KeepAlive(ctx, redlock.WithExtendInterval(200*time.Millisecond))
 				require.NoError(t, err)
 				// The restarted node answers "not held" before the others'
@@ -866,9 +814,7 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 						assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{report}:fence"), "node %d", i)
 					}
 				}
-				require.NoError(t, lease.Release(ctx))
-				synctest.Wait() // the deletes Release did not wait for
-				c.requireNoKey(t, "report")
+				c.releaseAndRequireGone(t, ctx, lease, "report")
 			})
 		})
 	}
@@ -880,9 +826,7 @@ func TestExtend_PutsBackOnlyWhereFreeAndOnlyWithAMajority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		l := c.acquireSettled(t, ctx, "report", ttl10s)
 		c.nodes[1].m.Del("report")
 		c.holdElsewhere(t, "report", ttl10s, 2)
 		// Nodes 1 and 2 answer before the majority is reached: only nodes
@@ -915,10 +859,9 @@ func TestExtend_ValidityRanOutSaysNothingSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
-		l, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "report", ttl10s)
 		time.Sleep(ttl10s - redlock.Drift(ttl10s, redlock.DefaultDriftFactor) + 54*time.Millisecond)
-		_, err = l.Extend(ctx, ttl10s)
+		_, err := l.Extend(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrNotHeld)
 		assert.Equal(t, `redlock: lock not held: extend "report": validity ran out 54ms ago; nothing sent`, err.Error())
 	})

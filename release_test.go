@@ -82,8 +82,7 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					ctx := context.Background()
 					c := newCluster(t, n)
-					l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-					require.NoError(t, err)
+					l := c.tryAcquire(t, ctx, "report", ttl10s)
 					synctest.Wait() // every node holds our key
 					for i, st := range nodes {
 						nd := c.nodes[i]
@@ -98,13 +97,13 @@ func TestRelease_AnswerDependsOnMajorityOnly(t *testing.T) {
 							nd.Fail("ERR out of order")
 						}
 					}
-					err = l.Release(ctx)
+					err := l.Release(ctx)
 					if want == nil {
 						require.NoError(t, err)
 					} else {
 						require.ErrorIs(t, err, want)
 						qe := quorumError(t, err)
-						assert.Equal(t, "release", qe.Op)
+						assert.Equal(t, redlock.OpRelease, qe.Op)
 						// Release returns once the result is decided: a
 						// delete may still be on its way then.
 						assert.LessOrEqual(t, qe.Granted, strings.Count(fmt.Sprint(nodes), "ours"), "deleted")
@@ -140,14 +139,13 @@ func TestRelease_OverrunIsNotHeldWithANodeDown(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
 				c := newCluster(t, 3)
-				l, err := c.rl.TryAcquire(ctx, "report", 300*time.Millisecond)
-				require.NoError(t, err)
+				l := c.tryAcquire(t, ctx, "report", 300*time.Millisecond)
 				synctest.Wait()
 				if kill {
 					c.nodes[2].Refuse()
 				}
 				time.Sleep(450 * time.Millisecond)
-				err = l.Release(ctx)
+				err := l.Release(ctx)
 				require.ErrorIs(t, err, redlock.ErrNotHeld)
 				settleDials()
 			})
@@ -162,8 +160,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("after Release, on every handle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			ext, err := l.Extend(ctx, ttl10s)
 			require.NoError(t, err)
 			require.Positive(t, l.Validity())
@@ -176,9 +173,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("after a failed Release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
-			synctest.Wait()
+			l := c.acquireSettled(t, ctx, "job", ttl10s)
 			c.nodes[0].Refuse()
 			c.nodes[1].Refuse()
 			require.ErrorIs(t, l.Release(ctx), redlock.ErrNoQuorum)
@@ -191,9 +186,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 			c := newCluster(t, 3)
 			var nested *redlock.Lock
 			require.NoError(t, c.rl.Do(ctx, "job", ttl10s, func(ctx context.Context) error {
-				var err error
-				nested, err = c.rl.Acquire(ctx, "job", ttl10s)
-				require.NoError(t, err)
+				nested = c.acquire(t, ctx, "job", ttl10s)
 				require.NoError(t, nested.Release(ctx), "a nested release leaves the lock held")
 				assert.Positive(t, nested.Validity(), "still held by the outer Do")
 				return nil
@@ -205,8 +198,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("on a Lease's handles after the lease was lost", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			lease, err := l.KeepAlive(ctx)
 			require.NoError(t, err)
 			time.Sleep(4 * time.Second) // one extension
@@ -227,8 +219,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 	t.Run("not when the caller's context ends the Lease", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
-			l, err := c.rl.Acquire(ctx, "job", ttl10s)
-			require.NoError(t, err)
+			l := c.acquire(t, ctx, "job", ttl10s)
 			parent, cancel := context.WithCancel(ctx)
 			lease, err := l.KeepAlive(parent)
 			require.NoError(t, err)
@@ -248,15 +239,10 @@ func TestRelease_ExtensionStragglersEndBeforeClose(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		l, err := c.rl.Acquire(ctx, "job", ttl10s)
-		require.NoError(t, err)
-		synctest.Wait()
+		c := newWarmCluster(t, 3)
+		l := c.acquireSettled(t, ctx, "job", ttl10s)
 		// Extensions are slow on node 2.
-		c.nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("extend", cmd, args)
-		})
+		c.nodes[2].SlowScripts(50*time.Millisecond, "extend")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
 		ext, err := l.Extend(ctx, ttl10s)
@@ -278,17 +264,13 @@ func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 5)
-		c.warmUp(t)
-		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		c := newWarmCluster(t, 5)
+		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		require.Equal(t, 5, c.holders("report"))
 		// Node 4 answers deletes 80 ms late (within the 100 ms per-node
 		// timeout); the others at once.
-		c.nodes[4].SlowIf(80*time.Millisecond, func(cmd string, args []string) bool {
-			return isScript("release", cmd, args)
-		})
+		c.nodes[4].SlowScripts(80*time.Millisecond, "release")
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
 		require.NoError(t, l.Release(ctx))
@@ -319,10 +301,8 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				c := newCluster(t, 5)
-				c.warmUp(t)
-				l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				require.NoError(t, err)
+				c := newWarmCluster(t, 5)
+				l := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				// Nodes 0 and 1 lost the key, node 2 has it, node 4 is down:
 				// node 3 decides between nil and ErrNotHeld.
@@ -332,11 +312,9 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 					c.nodes[3].m.Del("report")
 				}
 				c.nodes[4].Refuse()
-				c.nodes[3].SlowIf(tc.delay, func(cmd string, args []string) bool {
-					return isScript("release", cmd, args)
-				})
+				c.nodes[3].SlowScripts(tc.delay, "release")
 				start := time.Now()
-				err = l.Release(ctx)
+				err := l.Release(ctx)
 				assert.Equal(t, tc.took, time.Since(start))
 				if tc.want == nil {
 					require.NoError(t, err)
@@ -376,8 +354,7 @@ func TestTryAcquire_LeavesCallersOptionsAlone(t *testing.T) {
 func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.holdElsewhere(t, "job", time.Minute, 0, 1)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		closing := make(chan struct{})
@@ -422,8 +399,7 @@ func TestScripts_RunOnNodesWithoutThemCached(t *testing.T) {
 				require.NoError(t, nd.rc.ScriptFlush(ctx).Err())
 			}
 			require.NoError(t, l.Release(ctx), "round %d", round)
-			synctest.Wait() // the deletes Release did not wait for
-			c.requireNoKey(t, "report")
+			c.requireGone(t, "report") // the deletes Release did not wait for
 		}
 	})
 }
@@ -457,14 +433,12 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 			nd.rc.AddHook(rewriteHook{})
 		}
 		for range 3 {
-			l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-			require.NoError(t, err)
-			l, err = l.Extend(ctx, ttl10s)
+			l := c.tryAcquire(t, ctx, "report", ttl10s)
+			l, err := l.Extend(ctx, ttl10s)
 			require.NoError(t, err)
 			require.NoError(t, l.Release(ctx))
 		}
-		synctest.Wait() // the deletes Release did not wait for
-		c.requireNoKey(t, "report")
+		c.requireGone(t, "report") // the deletes Release did not wait for
 	})
 }
 
@@ -476,8 +450,7 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 5)
-		c.warmUp(t)
+		c := newWarmCluster(t, 5)
 		var (
 			deletes  atomic.Int64
 			deleteAt atomic.Int64 // fake time of node 4's delete, after start
@@ -491,8 +464,7 @@ func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 			}
 			return isScript("acquire", cmd, args)
 		})
-		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		assert.Equal(t, redlock.OutcomePending, l.Nodes()[4].Outcome, "node 4 is a straggler")
 		require.NoError(t, l.Release(ctx))
 		assert.Zero(t, time.Since(start), "Release did not wait for the straggler")

@@ -142,8 +142,7 @@ func countAcquires(c *cluster) *atomic.Int64 {
 func TestTryAcquire_MakesOneAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The client's policy would retry forever; TryAcquire overrides it.
-		c := newCluster(t, 3, redlock.WithRetry(redlock.LinearRetry(time.Millisecond, 0, 0)), redlock.WithFencing(false))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithRetry(redlock.LinearRetry(time.Millisecond, 0, 0)), redlock.WithFencing(false))
 		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
 		calls := countAcquires(c)
 
@@ -178,8 +177,7 @@ func TestAcquire_RetriesUntilHolderReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 5)
-		first, err := c.rl.Acquire(ctx, "report", ttl10s)
-		require.NoError(t, err)
+		first := c.acquire(t, ctx, "report", ttl10s)
 		go func() {
 			time.Sleep(time.Second)
 			assert.NoError(t, first.Release(ctx))
@@ -198,8 +196,7 @@ func TestAcquire_RetriesUntilHolderReleases(t *testing.T) {
 
 func TestAcquire_RetryPolicyLimitsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3, redlock.WithFencing(false))
-		c.warmUp(t)
+		c := newWarmCluster(t, 3, redlock.WithFencing(false))
 		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
 		calls := countAcquires(c)
 
@@ -248,8 +245,7 @@ func TestAcquire_ContextEndsRetries(t *testing.T) {
 func TestAcquire_MemoryBoundedWhateverTheAttempts(t *testing.T) {
 	const from, attempts = 1000, 3500
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3)
-		c.warmUp(t)
+		c := newWarmCluster(t, 3)
 		c.holdElsewhere(t, "report", time.Hour, 0, 1, 2)
 		heap := func() uint64 {
 			// Timers still pending (the per-node deadlines, the connections'

@@ -26,7 +26,7 @@ type callRecorder struct {
 
 type callNo struct{}
 
-func (r *callRecorder) StartCall(ctx context.Context, op, key string) (context.Context, func(*redlock.Lock, error)) {
+func (r *callRecorder) StartCall(ctx context.Context, op redlock.Op, key string) (context.Context, func(*redlock.Lock, error)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.next++
@@ -83,8 +83,7 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		c := newCluster(t, 3, redlock.WithObserver(rec))
 		ctx := context.Background()
 
-		l, err := c.rl.Acquire(ctx, "job", time.Second)
-		require.NoError(t, err)
+		l := c.acquire(t, ctx, "job", time.Second)
 		l2, err := l.Extend(ctx, time.Second)
 		require.NoError(t, err)
 		require.NoError(t, l2.Release(ctx))
@@ -110,8 +109,7 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		// starts no call of its own.
 		err = c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
 			assert.Equal(t, 6, callOf(ctx), "fn's context derives from the Do call's")
-			nested, err := c.rl.Acquire(ctx, "job", time.Second)
-			require.NoError(t, err)
+			nested := c.acquire(t, ctx, "job", time.Second)
 			require.NoError(t, nested.Release(ctx))
 			time.Sleep(400 * time.Millisecond) // one extension at ttl/3
 			return nil

@@ -4,7 +4,6 @@ package redlock
 // and the errors of the calls themselves.
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -34,13 +33,8 @@ import (
 // that.
 func CheckTTL(ttl time.Duration, opts ...Option) error {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: nil option", ErrInvalidArgument)
-		}
-		if err := o(&cfg); err != nil {
-			return err
-		}
+	if err := cfg.apply(opts); err != nil {
+		return err
 	}
 	// The checks of Client.acquire, then those KeepAlive adds, in their
 	// order, so that the first failing rule gives the calls' error.

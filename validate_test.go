@@ -112,9 +112,8 @@ func TestErrTaken(t *testing.T) {
 	ctx := context.Background()
 
 	bubble("held on every node", func(t *testing.T, c *cluster) {
-		l, err := c.rl.TryAcquire(ctx, "held", time.Second)
-		require.NoError(t, err)
-		_, err = c.rl.TryAcquire(ctx, "held", time.Second)
+		l := c.tryAcquire(t, ctx, "held", time.Second)
+		_, err := c.rl.TryAcquire(ctx, "held", time.Second)
 		assert.ErrorIs(t, err, redlock.ErrTaken)
 		assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 		require.NoError(t, l.Release(ctx))
@@ -142,11 +141,10 @@ func TestErrTaken(t *testing.T) {
 	})
 
 	bubble("a wait that ends on a held lock", func(t *testing.T, c *cluster) {
-		l, err := c.rl.TryAcquire(ctx, "wait", time.Minute)
-		require.NoError(t, err)
+		l := c.tryAcquire(t, ctx, "wait", time.Minute)
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_, err = c.rl.Acquire(wctx, "wait", time.Second)
+		_, err := c.rl.Acquire(wctx, "wait", time.Second)
 		assert.ErrorIs(t, err, redlock.ErrTaken)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		require.NoError(t, l.Release(ctx))

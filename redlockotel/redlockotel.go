@@ -223,7 +223,7 @@ type callKey struct{}
 
 // call is the state of one traced call, from StartCall to its end.
 type call struct {
-	op    string
+	op    redlock.Op
 	start time.Time
 	span  trace.Span
 
@@ -235,7 +235,7 @@ type call struct {
 // StartCall opens the call's span as a child of the span in ctx and returns
 // a context that carries it (see redlock.Tracer). The returned function ends
 // the span and records the call's metrics.
-func (o *Observer) StartCall(ctx context.Context, op, key string) (context.Context, func(*redlock.Lock, error)) {
+func (o *Observer) StartCall(ctx context.Context, op redlock.Op, key string) (context.Context, func(*redlock.Lock, error)) {
 	var attrs []attribute.KeyValue
 	switch o.keys {
 	case KeyHashed:
@@ -244,7 +244,7 @@ func (o *Observer) StartCall(ctx context.Context, op, key string) (context.Conte
 	case KeyPlain:
 		attrs = append(attrs, KeyKey.String(key))
 	}
-	ctx, span := o.tracer.Start(ctx, "redlock."+op, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, span := o.tracer.Start(ctx, "redlock."+string(op), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	c := &call{op: op, start: time.Now(), span: span}
 	ctx = context.WithValue(ctx, callKey{}, c)
 	return ctx, func(l *redlock.Lock, err error) { o.endCall(ctx, c, l, err) }
@@ -252,7 +252,7 @@ func (o *Observer) StartCall(ctx context.Context, op, key string) (context.Conte
 
 func (o *Observer) endCall(ctx context.Context, c *call, l *redlock.Lock, err error) {
 	elapsed := time.Since(c.start)
-	opAttr := OperationKey.String(c.op)
+	opAttr := OperationKey.String(string(c.op))
 	errType := ErrorType(err)
 	callAttrs := []attribute.KeyValue{opAttr}
 	if errType != "" {
@@ -310,7 +310,7 @@ func (o *Observer) Observe(e redlock.Event) { o.ObserveContext(context.Backgroun
 // ObserveContext records e's metrics and adds what it says to the span of
 // the call in ctx (see redlock.Tracer).
 func (o *Observer) ObserveContext(ctx context.Context, e redlock.Event) {
-	opAttr := OperationKey.String(e.Op)
+	opAttr := OperationKey.String(string(e.Op))
 	if e.Op == redlock.OpLost {
 		errType := ErrorType(e.Err)
 		o.lost.Add(ctx, 1, metric.WithAttributes(semconv.ErrorTypeKey.String(errType)))

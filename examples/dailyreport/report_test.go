@@ -78,6 +78,25 @@ func outcomes(qe *redlock.QuorumError) []redlock.Outcome {
 	return os
 }
 
+// holdWhileWorking starts call in the background with work that blocks, and
+// returns once the work has started (the lock is held). finish lets the work
+// return and gives call's error.
+func holdWhileWorking(call func(work func()) error) (finish func() error) {
+	started, done := make(chan struct{}), make(chan struct{})
+	callErr := make(chan error, 1)
+	go func() {
+		callErr <- call(func() {
+			close(started)
+			<-done
+		})
+	}()
+	<-started
+	return func() error {
+		close(done)
+		return <-callErr
+	}
+}
+
 func TestLockKey(t *testing.T) {
 	assert.Equal(t, "lock:report:{acme}", dailyreport.LockKey("acme"))
 	assert.Equal(t, 15*time.Second, dailyreport.TTL)
@@ -117,15 +136,9 @@ func TestPerformLockedWorkOwnerIsRandom(t *testing.T) {
 
 func TestPerformLockedWorkConcurrentCallIsLocked(t *testing.T) {
 	m, rdb := newNode(t)
-	started, finish := make(chan struct{}), make(chan struct{})
-	firstErr := make(chan error, 1)
-	go func() {
-		firstErr <- dailyreport.PerformLockedWork(context.Background(), rdb, "acme", func() {
-			close(started)
-			<-finish
-		})
-	}()
-	<-started
+	finish := holdWhileWorking(func(work func()) error {
+		return dailyreport.PerformLockedWork(context.Background(), rdb, "acme", work)
+	})
 
 	secondRan := false
 	err := dailyreport.PerformLockedWork(t.Context(), rdb, "acme", func() { secondRan = true })
@@ -139,8 +152,7 @@ func TestPerformLockedWorkConcurrentCallIsLocked(t *testing.T) {
 	require.NoError(t, dailyreport.PerformLockedWork(t.Context(), rdb, "globex", func() { otherRan = true }))
 	assert.True(t, otherRan)
 
-	close(finish)
-	require.NoError(t, <-firstErr)
+	require.NoError(t, finish())
 	assert.False(t, m.Exists(acmeKey))
 
 	// Once released, the next worker gets it.
@@ -292,23 +304,16 @@ func TestPerformLockedWorkInvalidArguments(t *testing.T) {
 func TestPerformLockedWorkNConcurrentCallIsLocked(t *testing.T) {
 	ms := newCluster(t, 5)
 	podA, podB := newPod(t, ms), newPod(t, ms)
-	started, finish := make(chan struct{}), make(chan struct{})
-	firstErr := make(chan error, 1)
-	go func() {
-		firstErr <- dailyreport.PerformLockedWorkN(context.Background(), podA, "acme", func() {
-			close(started)
-			<-finish
-		})
-	}()
-	<-started
+	finish := holdWhileWorking(func(work func()) error {
+		return dailyreport.PerformLockedWorkN(context.Background(), podA, "acme", work)
+	})
 
 	secondRan := false
 	err := dailyreport.PerformLockedWorkN(t.Context(), podB, "acme", func() { secondRan = true })
 	requireLocked(t, err, 5)
 	assert.False(t, secondRan, "pod B ran its work while pod A held the lock")
 
-	close(finish)
-	require.NoError(t, <-firstErr)
+	require.NoError(t, finish())
 	// Release returns at a majority; Close waits for the other deletes.
 	require.NoError(t, podA.Close())
 	for i, m := range ms {
