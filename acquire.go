@@ -20,7 +20,13 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	var (
 		calls voteCalls // the latest attempt's node calls
 		last  *QuorumError
+		// w is this call's place among the waiters for the key, joined at
+		// its first retry delay, so that a release cuts the delay short
+		// (notify.go).
+		w   *lockWaiter
+		won bool
 	)
+	defer func() { w.leave(won) }()
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
 		// (its clean-up included; they ran during the retry delay): attempts
@@ -33,9 +39,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		if !open {
 			return nil, ErrClosed
 		}
+		w.mark()
 		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
 		done()
 		if err == nil {
+			won = true
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, may still run: they end in the background, tracked by
 			// the Client (voteQuorum), so Close waits for them.
@@ -46,7 +54,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			return nil, err // the owner generator failed: nothing was sent
 		}
 		last.Attempts = attempt
-		if !waitRetry(ctx, cfg.retry, attempt) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w) {
 			break
 		}
 	}
@@ -79,7 +87,9 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 
 // waitRetry waits the retry policy's delay after a failed attempt, and
 // reports whether to make another: not once ctx ended or the policy gave up.
-func waitRetry(ctx context.Context, retry RetryPolicy, attempt int) bool {
+// A release that a majority of nodes announce cuts the delay short: *w
+// joins the waiters for lock key name at the first delay (notify.go).
+func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -87,12 +97,10 @@ func waitRetry(ctx context.Context, retry RetryPolicy, attempt int) bool {
 	if !ok {
 		return false
 	}
-	t := time.NewTimer(delay)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-	case <-t.C:
+	if *w == nil && delay > 0 {
+		*w = c.notify.join(name)
 	}
+	(*w).sleep(ctx, delay)
 	return ctx.Err() == nil
 }
 

@@ -29,6 +29,28 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 	return nil
 }
 
+// ReleaseChannel is releaseChannel: the channel the release scripts publish
+// on for lock key name (prefix included).
+var ReleaseChannel = releaseChannel
+
+// SubscriptionLinger is how long a key stays subscribed after its last
+// waiter left (notify.go).
+const SubscriptionLinger = subscriptionLinger
+
+// NotifyState returns how many keys c's waiters wait for, and how many
+// channels its pub/sub connections are subscribed to, summed over nodes
+// (read without the node goroutines' lock: call it once they are idle).
+func NotifyState(c *Client) (keys, subscribed int) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	for _, ns := range c.notify.subs {
+		if ns != nil {
+			subscribed += len(ns.have)
+		}
+	}
+	return len(c.notify.keys), subscribed
+}
+
 // DialWith is Dial with adjust applied to node i's go-redis options before
 // its client is made: tests give the nodes an in-memory dialer and a small
 // connection pool.

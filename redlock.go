@@ -141,6 +141,7 @@ type Client struct {
 	inflightMu sync.Mutex
 	inflight   int
 	idle       chan struct{}
+	notify     notifier // wakes waiting Acquire calls on release (notify.go)
 }
 
 // track counts one more batch of node calls in flight, so that Close waits
@@ -341,7 +342,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		return nil, err
 	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
-	return &Client{nodes: nodes, quorum: quorum, cfg: cfg}, nil
+	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
+	c.notify.c = c
+	return c, nil
 }
 
 // isNil reports whether v is nil or holds a nil function or pointer: a typed
@@ -417,7 +420,9 @@ func (c *Client) Quorum() int { return c.quorum }
 // and their clean-up. Each is bounded by the per-node timeout (a straggler's
 // delete by its acquire call's, then its own), so once Close returns no key
 // of a released lock is left on a node that answered within them. Clients
-// passed to New are left open. Later calls return ErrClosed. Close is
+// passed to New are left open; the pub/sub connections the Client opened on
+// them to learn of releases are closed. An Acquire waiting between attempts
+// returns ErrClosed at once. Later calls return ErrClosed. Close is
 // idempotent.
 func (c *Client) Close() error {
 	c.inflightMu.Lock()
@@ -431,6 +436,7 @@ func (c *Client) Close() error {
 		idle = c.idle
 	}
 	c.inflightMu.Unlock()
+	c.notify.close() // waiting Acquire calls return ErrClosed now
 	if idle != nil {
 		<-idle // a channel: testing/synctest sees the wait as durable
 	}

@@ -277,11 +277,16 @@ end
 return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 `)
 
-// releaseScript deletes the lock key if ARGV[1] is its owner value.
+// releaseScript deletes the lock key if ARGV[1] is its owner value, and
+// then publishes on the key's release channel (see releaseChannel), so that
+// waiting Acquire calls retry at once (notify.go). A key that expires, or
+// that is not ours, publishes nothing.
 var releaseScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  local ch = 'redlock:released:' .. KEYS[1]
+  redis.call('PUBLISH', ch, redis.call('PUBSUB', 'NUMSUB', ch)[2] .. ' ' .. redis.sha1hex(ARGV[1]))
   return 1
 end
 if v then return -1 end
@@ -316,11 +321,14 @@ return 0
 // write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
 // release may reach a node before the acquisition's write-back did. It only
 // changes a counter and an epoch that exist, which keep their retention
-// (KEEPTTL; HSET keeps a hash's TTL).
+// (KEEPTTL; HSET keeps a hash's TTL). Like releaseScript it publishes on
+// the key's release channel where it deletes.
 var releaseVouchScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  local ch = 'redlock:released:' .. KEYS[1]
+  redis.call('PUBLISH', ch, redis.call('PUBSUB', 'NUMSUB', ch)[2] .. ' ' .. redis.sha1hex(ARGV[1]))
   local c = redis.call('GET', KEYS[2])
   if c and tonumber(c) < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
