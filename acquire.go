@@ -23,10 +23,15 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// w is this call's place among the waiters for the key, joined at
 		// its first retry delay, so that a release cuts the delay short
 		// (notify.go).
-		w   *lockWaiter
-		won bool
+		w *lockWaiter
 	)
-	defer func() { w.leave(won) }()
+	defer func() { w.leave() }()
+	// A Client whose Release just woke a waiter of the key lets it go
+	// first: it takes a ticket behind the waiters and waits as after a
+	// failed attempt, rather than race the woken waiter (notify.go).
+	if c.notify.yielding(keys[0]) {
+		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w)
+	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
 		// (its clean-up included; they ran during the retry delay): attempts
@@ -43,7 +48,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
 		done()
 		if err == nil {
-			won = true
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, may still run: they end in the background, tracked by
 			// the Client (voteQuorum), so Close waits for them.
@@ -100,7 +104,7 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 	if *w == nil && delay > 0 {
 		*w = c.notify.join(name)
 	}
-	(*w).sleep(ctx, delay)
+	(*w).sleep(ctx, delay, queuedDelay(retry))
 	return ctx.Err() == nil
 }
 
@@ -503,6 +507,9 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		c.enter(n, false)
 		defer n.exit()
 		code, err := rel.run(ctx, n).Int64()
+		if code == codeHandedOff {
+			code = codeApplied // the clean-up told a waiter: a minority, it wakes nobody
+		}
 		return reply{code: code, err: err}
 	})
 	return done

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,18 +30,16 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 	return nil
 }
 
-// ReleaseChannel is releaseChannel: the channel the release scripts publish
-// on for lock key name (prefix included).
-var ReleaseChannel = releaseChannel
+// WaitPattern is the PUBSUB CHANNELS pattern that matches the channels of
+// lock key name's waiters (name must hold no glob character).
+func WaitPattern(name string) string {
+	return waitChannelPrefix + strings.Repeat("?", ticketLen) + ":" + name
+}
 
-// SubscriptionLinger is how long a key stays subscribed after its last
-// waiter left (notify.go).
-const SubscriptionLinger = subscriptionLinger
-
-// NotifyState returns how many keys c's waiters wait for, and how many
-// channels its pub/sub connections are subscribed to, summed over nodes
-// (read without the node goroutines' lock: call it once they are idle).
-func NotifyState(c *Client) (keys, subscribed int) {
+// NotifyState returns how many waiters of c want to be told of a release,
+// and how many channels its pub/sub connections are subscribed to, summed
+// over nodes (call it once the node goroutines are idle).
+func NotifyState(c *Client) (waiters, subscribed int) {
 	c.notify.mu.Lock()
 	defer c.notify.mu.Unlock()
 	for _, ns := range c.notify.subs {
@@ -48,7 +47,7 @@ func NotifyState(c *Client) (keys, subscribed int) {
 			subscribed += len(ns.have)
 		}
 	}
-	return len(c.notify.keys), subscribed
+	return len(c.notify.waiters), subscribed
 }
 
 // DialWith is Dial with adjust applied to node i's go-redis options before

@@ -1,34 +1,58 @@
 package redlock
 
-// Waking waiters on release: an Acquire that waits for a held key retries as
-// soon as the key is released, instead of sleeping through its retry delay.
+// Waking waiters on release: an Acquire that waits for a held key is told,
+// over pub/sub, when the key is released and its turn has come, instead of
+// sleeping through its retry delay. The wake-up is a hint only: a lost, late
+// or forged message costs at most an attempt or a retry delay, never the
+// lock's guarantees, which come from the attempt alone.
 
 import (
 	"context"
+	"fmt"
 	"math/bits"
-	"math/rand/v2"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// releaseChannelPrefix starts the name of every release channel.
-const releaseChannelPrefix = "redlock:released:"
+// waitChannelPrefix starts the name of every waiter's channel.
+const waitChannelPrefix = "redlock:wait:"
 
-// releaseChannel names the pub/sub channel on which releaseScript and
-// releaseVouchScript publish each time they delete lock key name (the
-// prefix included, see WithPrefix): "redlock:released:" + name. The message
-// is "<subscribers> <release id>": the number of connections subscribed to
-// the channel on that node (one per Client waiting for the key), and the
-// SHA1 of the released owner value in hex, the same on every node, so that a
-// waiter can tell one release from another (an owner value that is no
-// longer on any node is worth nothing; its hash even less). Keys that expire
-// publish nothing.
-func releaseChannel(name string) string { return releaseChannelPrefix + name }
+// ticketLen is the length of a waiter's ticket: 16 hex digits of the Unix
+// time in microseconds when it started waiting, then 8 of a sequence number
+// of this process. Tickets sort in the order waiters came (within one
+// process always; across processes by their clocks).
+const ticketLen = 24
+
+var ticketSeq atomic.Uint32
+
+// waitChannel names the channel of a waiter with ticket for lock key name
+// (the prefix of WithPrefix included): "redlock:wait:<ticket>:<name>". The
+// waiter subscribes to it on every node while it waits. releaseScript and
+// releaseVouchScript, where they delete the key, list the key's waiters'
+// channels on that node (PUBSUB CHANNELS), and publish to the one with the
+// lowest ticket only: the message is the SHA1 of the released owner value
+// in hex, the same on every node, so the waiter can tell one release from
+// another.
+func waitChannel(ticket, name string) string {
+	return waitChannelPrefix + ticket + ":" + name
+}
+
+func newTicket() string {
+	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+}
+
+// codeHandedOff is the release scripts' reply where they deleted the key
+// and told a waiter of it: codeApplied for the vote, and a hand-off for the
+// releasing Client (notifier.released).
+const codeHandedOff = 2
+
+// handoffWindow is how long after one of its Release calls woke a waiter of
+// a key a Client's next Acquire of that key waits its turn behind the
+// waiters instead of trying at once (notifier.yielding).
+const handoffWindow = 50 * time.Millisecond
 
 // subscriber is the part of a go-redis client that opens a pub/sub
 // connection (redis.Client, ClusterClient, Ring, sentinel clients).
@@ -41,54 +65,67 @@ type subscriber interface {
 const subscribeTimeout = 5 * time.Second
 
 // notifier wakes the Acquire calls of one Client that wait for a held key
-// when a majority of nodes announce that they deleted it.
+// when the key is released and their turn has come.
 //
 // Each node gets at most one pub/sub connection, opened the first time an
-// Acquire waits and closed by Client.Close. A key's channel is subscribed on
-// every node while at least one Acquire of this Client waits for it, and
-// unsubscribed subscriptionLinger after the last one returned (unless
-// another came meanwhile): subscriptions live only a little longer than the
-// waits (keys holds the waiters of each key).
+// Acquire of the Client waits and closed by Client.Close; nothing of it
+// exists for a Client that never waited. A waiting Acquire takes a ticket
+// at its first retry delay and subscribes to its own channel (waitChannel)
+// on every node, through that node's goroutine, never on its own path. A
+// release, on each node where it deletes the key, publishes to the channel
+// with the lowest ticket: one waiter in all is told, the one that has waited
+// longest, so a release sends N messages, not N per waiting Client, and the
+// waiters take the key in the order they came.
 //
-// A waiter is woken when a majority (N/2+1) of nodes have announced the
-// same release (told apart by a hash of the owner value) since its last
-// attempt began: the condition under which its next attempt can succeed.
-// One node's message is not enough, nor are messages of different
-// releases: after a split vote, the losers' clean-up frees the minority of
-// nodes they held while the winner holds the rest, and waking waiters on
-// that would start another round of failed attempts, whose clean-up
-// publishes again. Among the waiters of one Client on one key, only the
-// longest-waiting one (the head of a FIFO queue) is woken; the others keep
-// their retry delay, so that a release does not send every goroutine of the
-// process at the key at once (Redisson wakes one waiter per process in the
-// same way). Among Clients, the woken waiters thin themselves out (takes).
+// A waiter is woken when a majority (N/2+1) of nodes announced the same
+// release to it since its last attempt began: the condition under which its
+// next attempt can succeed. One node's message is not enough, nor are
+// messages of different releases (a split vote's losers free a minority of
+// nodes). A woken waiter unsubscribes at once, so that the next release
+// finds the next waiter, and subscribes again with the same ticket if its
+// attempt fails: it keeps its place.
 //
 // When a node cannot subscribe (a client without pub/sub, a connection that
-// fails, an ACL that forbids SUBSCRIBE), its messages simply never come:
-// every wait is bounded by the retry policy's delay in any case, and a key
-// that expires without release is found by that delay too.
+// fails, an ACL that forbids SUBSCRIBE), its messages never come: every
+// wait is bounded by the retry policy's delay in any case, and a key that
+// expires without a release is found by that delay too.
 type notifier struct {
 	c *Client
+	// handoffs counts the entries of handedOff, so that Acquire skips the
+	// lock when nobody waited (the uncontended path).
+	handoffs atomic.Int32
 
-	mu      sync.Mutex
-	closed  bool
-	started bool
-	keys    map[string]*keyWaiters // by channel name
-	subs    []*nodeSub             // by node index; nil for a node without pub/sub
-	done    chan struct{}          // closed by close
-	wg      sync.WaitGroup         // the node goroutines
+	mu        sync.Mutex
+	closed    bool
+	started   bool
+	waiters   map[string]*lockWaiter // by channel: the waiters that want to be told
+	handedOff map[string]time.Time   // lock key name → when a Release of this Client woke a waiter
+	subs      []*nodeSub             // by node index; nil for a node without pub/sub
+	done      chan struct{}          // closed by close
+	wg        sync.WaitGroup         // the node goroutines
 }
 
-// keyWaiters is the state of one subscribed key.
-type keyWaiters struct {
-	queue    []*lockWaiter // in order of arrival; the head is the one woken
-	clients  int           // Clients waiting for the key, as the last message said
-	released uint64        // releases announced by a majority of nodes so far
-	// linger unsubscribes the key subscriptionLinger after its last
-	// waiter left, unless another came meanwhile; nil until then.
-	linger *time.Timer
-	recent [8]seenRelease
-	next   int // the slot of recent to reuse
+// nodeSub is one node's pub/sub connection, used by that node's goroutine
+// (run).
+type nodeSub struct {
+	idx  int
+	ps   *redis.PubSub
+	kick chan struct{}   // buffered: the set of waiters changed
+	have map[string]bool // channels subscribed or being subscribed; notifier.mu
+}
+
+// lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay
+// only.
+type lockWaiter struct {
+	n  *notifier
+	ch string
+	// The fields below are guarded by n.mu.
+	listed     bool   // in n.waiters: wants to be told
+	subscribed []bool // by node: SUBSCRIBE confirmed since it was listed
+	woken      bool   // a majority announced a release to it since its attempt began
+	recent     [4]seenRelease
+	next       int           // the slot of recent to reuse
+	wake       chan struct{} // buffered: woken
 }
 
 // seenRelease counts the nodes that announced one release.
@@ -102,17 +139,17 @@ type seenRelease struct {
 // made a majority of quorum nodes. Only the last few releases are
 // remembered: announcements of one release arrive within a few
 // milliseconds of each other.
-func (kw *keyWaiters) count(i int, id string, quorum int) bool {
+func (w *lockWaiter) count(i int, id string, quorum int) bool {
 	var r *seenRelease
-	for j := range kw.recent {
-		if kw.recent[j].id == id {
-			r = &kw.recent[j]
+	for j := range w.recent {
+		if w.recent[j].id == id {
+			r = &w.recent[j]
 			break
 		}
 	}
 	if r == nil {
-		r = &kw.recent[kw.next]
-		kw.next = (kw.next + 1) % len(kw.recent)
+		r = &w.recent[w.next]
+		w.next = (w.next + 1) % len(w.recent)
 		*r = seenRelease{id: id}
 	}
 	before := bits.OnesCount64(r.nodes) + r.extra
@@ -125,27 +162,10 @@ func (kw *keyWaiters) count(i int, id string, quorum int) bool {
 	return before < quorum && after >= quorum
 }
 
-// nodeSub is one node's pub/sub connection, used by that node's goroutine
-// (run).
-type nodeSub struct {
-	ps   *redis.PubSub
-	kick chan struct{}   // buffered: the set of keys changed
-	have map[string]bool // channels subscribed or being subscribed; notifier.mu
-}
-
-// lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay only.
-type lockWaiter struct {
-	n    *notifier
-	ch   string
-	kw   *keyWaiters
-	snap uint64        // kw.released when the current attempt began
-	wake chan struct{} // buffered: a majority released since snap
-}
-
-// join registers a waiter on lock key name (prefix included) and subscribes
-// to its release channel on every node, in the background. It returns nil
-// (wait the retry delay only) once the Client is closed or when no node
-// supports pub/sub.
+// join makes a waiter for lock key name (prefix included) with a new
+// ticket and subscribes to its channel on every node, in the background. It
+// returns nil (wait the retry delay only) once the Client is closed or when
+// no node supports pub/sub.
 func (n *notifier) join(name string) *lockWaiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -158,23 +178,34 @@ func (n *notifier) join(name string) *lockWaiter {
 	if len(n.subs) == 0 {
 		return nil
 	}
-	ch := releaseChannel(name)
-	kw := n.keys[ch]
-	if kw == nil {
-		kw = &keyWaiters{}
-		n.keys[ch] = kw
-		n.kickAll()
-	}
-	w := &lockWaiter{n: n, ch: ch, kw: kw, snap: kw.released, wake: make(chan struct{}, 1)}
-	kw.queue = append(kw.queue, w)
+	w := &lockWaiter{n: n, ch: waitChannel(newTicket(), name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	n.list(w)
 	return w
+}
+
+// list adds w to the waiters to subscribe for. n.mu is held.
+func (n *notifier) list(w *lockWaiter) {
+	w.listed = true
+	n.waiters[w.ch] = w
+	n.kickAll()
+}
+
+// unlist removes w from the waiters to subscribe for. n.mu is held.
+func (n *notifier) unlist(w *lockWaiter) {
+	if !w.listed {
+		return
+	}
+	w.listed = false
+	clear(w.subscribed)
+	delete(n.waiters, w.ch)
+	n.kickAll()
 }
 
 // start opens a pub/sub connection to every node whose client has one, and
 // starts each node's goroutine. n.mu is held.
 func (n *notifier) start() {
 	n.started = true
-	n.keys = make(map[string]*keyWaiters)
+	n.waiters = make(map[string]*lockWaiter)
 	n.done = make(chan struct{})
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
@@ -183,20 +214,20 @@ func (n *notifier) start() {
 		if !ok || isNil(s) {
 			continue
 		}
-		ns := &nodeSub{ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
+		ns := &nodeSub{idx: i, ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
 		n.subs[i] = ns
 		some = true
-		msgs := ns.ps.Channel()
+		msgs := ns.ps.ChannelWithSubscriptions()
 		n.wg.Add(1)
-		go n.run(i, ns, msgs)
+		go n.run(ns, msgs)
 	}
 	if !some {
 		n.subs = nil
 	}
 }
 
-// kickAll tells every node goroutine that the set of keys changed. n.mu is
-// held.
+// kickAll tells every node goroutine that the set of waiters changed. n.mu
+// is held.
 func (n *notifier) kickAll() {
 	for _, ns := range n.subs {
 		if ns != nil {
@@ -208,9 +239,9 @@ func (n *notifier) kickAll() {
 	}
 }
 
-// run is node i's goroutine: it delivers the node's release messages and
-// brings the node's subscriptions in line with the keys waited for.
-func (n *notifier) run(i int, ns *nodeSub, msgs <-chan *redis.Message) {
+// run is a node's goroutine: it delivers the node's release messages and
+// brings the node's subscriptions in line with the waiters listed.
+func (n *notifier) run(ns *nodeSub, msgs <-chan any) {
 	defer n.wg.Done()
 	for {
 		select {
@@ -218,7 +249,14 @@ func (n *notifier) run(i int, ns *nodeSub, msgs <-chan *redis.Message) {
 			if !ok {
 				return // the PubSub was closed
 			}
-			n.deliver(i, m.Channel, m.Payload)
+			switch m := m.(type) {
+			case *redis.Message:
+				n.deliver(ns.idx, m.Channel, m.Payload)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					n.confirmed(ns.idx, m.Channel)
+				}
+			}
 		case <-ns.kick:
 			n.reconcile(ns)
 		case <-n.done:
@@ -232,19 +270,19 @@ func (n *notifier) run(i int, ns *nodeSub, msgs <-chan *redis.Message) {
 	}
 }
 
-// reconcile subscribes the node to the keys waited for that it lacks, and
-// unsubscribes it from the others.
+// reconcile subscribes the node to the listed waiters' channels it lacks,
+// and unsubscribes it from the others.
 func (n *notifier) reconcile(ns *nodeSub) {
 	var add, drop []string
 	n.mu.Lock()
-	for ch := range n.keys {
+	for ch := range n.waiters {
 		if !ns.have[ch] {
 			add = append(add, ch)
 			ns.have[ch] = true
 		}
 	}
 	for ch := range ns.have {
-		if n.keys[ch] == nil {
+		if n.waiters[ch] == nil {
 			drop = append(drop, ch)
 			delete(ns.have, ch)
 		}
@@ -252,46 +290,39 @@ func (n *notifier) reconcile(ns *nodeSub) {
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 	defer cancel()
-	// go-redis records the channels even when the write fails, and
-	// subscribes to them again when it reconnects.
-	if len(add) > 0 {
-		_ = ns.ps.Subscribe(ctx, add...)
-	}
+	// Unsubscribe first: a woken waiter's channel must be gone before the
+	// next release looks for the lowest ticket. go-redis records the
+	// channels even when the write fails, and subscribes to them again
+	// when it reconnects.
 	if len(drop) > 0 {
 		_ = ns.ps.Unsubscribe(ctx, drop...)
 	}
+	if len(add) > 0 {
+		_ = ns.ps.Subscribe(ctx, add...)
+	}
 }
 
-// deliver counts node i's announcement of a release and, once a majority
-// of nodes announced that release, wakes the key's head waiter.
-func (n *notifier) deliver(i int, ch, payload string) {
+// confirmed records that node i confirmed a waiter's subscription (its
+// reply to SUBSCRIBE): from then on the node tells it of releases.
+func (n *notifier) confirmed(i int, ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	kw := n.keys[ch]
-	if kw == nil {
-		return // no longer waited for
-	}
-	subs, id, _ := strings.Cut(payload, " ")
-	if k, err := strconv.Atoi(subs); err == nil {
-		kw.clients = k
-	}
-	if !kw.count(i, id, n.c.quorum) {
-		return
-	}
-	kw.released++
-	if len(kw.queue) == 0 {
-		return // lingering: nobody waits now
-	}
-	if h := kw.queue[0]; h.ready() {
-		h.signal()
+	if w := n.waiters[ch]; w != nil {
+		w.subscribed[i] = true
 	}
 }
 
-// ready reports whether a majority of nodes announced a release since the
-// waiter's attempt began. n.mu is held.
-func (w *lockWaiter) ready() bool { return w.kw.released > w.snap }
-
-func (w *lockWaiter) signal() {
+// deliver counts node i's announcement of a release to a waiter and, once
+// a majority of nodes announced that release, wakes it and unsubscribes it.
+func (n *notifier) deliver(i int, ch, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.waiters[ch]
+	if w == nil || !w.count(i, id, n.c.quorum) {
+		return // gone, woken already, or no majority yet
+	}
+	w.woken = true
+	n.unlist(w)
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -305,27 +336,33 @@ func (w *lockWaiter) mark() {
 		return
 	}
 	w.n.mu.Lock()
-	w.snap = w.kw.released
+	w.woken = false
 	w.n.mu.Unlock()
 	select {
-	case <-w.wake: // a wake-up for the attempt that just ended
+	case <-w.wake: // a wake-up for the attempt that just began
 	default:
 	}
 }
 
-// sleep waits for the retry delay d, until ctx ends, or, for the head waiter,
-// until a majority of nodes released the key since the last mark, whichever
-// comes first. It never waits longer than d.
-func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
+// sleep waits for the retry delay d, until ctx ends or the Client closes,
+// or until the waiter is woken, whichever comes first. A waiter woken during
+// its attempt returns at once; one woken earlier whose attempt failed
+// subscribes again with its ticket. With queued > d (DefaultRetry), a
+// waiter that is subscribed on a majority of nodes when d ends waits on
+// until queued: it will be told of the release.
+func (w *lockWaiter) sleep(ctx context.Context, d, queued time.Duration) {
 	if d <= 0 {
 		return
 	}
 	var wake <-chan struct{}
 	if w != nil {
-		w.n.mu.Lock()
-		head := len(w.kw.queue) > 0 && w.kw.queue[0] == w
-		now := w.n.closed || head && w.ready()
-		w.n.mu.Unlock()
+		n := w.n
+		n.mu.Lock()
+		now := n.closed || w.woken
+		if !now && !w.listed {
+			n.list(w) // woken before, and the attempt failed: same ticket
+		}
+		n.mu.Unlock()
 		if now {
 			return // released during the attempt, or the Client closed
 		}
@@ -333,98 +370,92 @@ func (w *lockWaiter) sleep(ctx context.Context, d time.Duration) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			return
-		case <-wake:
-		}
-		if w.n.c.closed.Load() || w.takes() {
-			return
-		}
-		w.mark() // sit this release out: wait for the next one
+	select {
+	case <-ctx.Done():
+		return
+	case <-wake:
+		return
+	case <-t.C:
+	}
+	if queued <= d || !w.queued() {
+		return
+	}
+	t.Reset(queued - d)
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
 	}
 }
 
-// subscriptionLinger is how long a key stays subscribed after its last
-// waiter left.
-const subscriptionLinger = time.Second
-
-// perRelease is how many of the Clients waiting for a key try it, on
-// average, after each release.
-const perRelease = 1
-
-// takes decides whether the woken waiter tries the key now. Every Client
-// waiting for the key was woken by the same release, and all but one of
-// their attempts would fail (each failure costing an attempt and its
-// clean-up on every node): with k Clients waiting, each tries with
-// probability perRelease/k, so that about perRelease try. The choice is
-// random, hence fair between Clients; a waiter that sits out waits for the
-// next release or its retry delay, whichever comes first.
-func (w *lockWaiter) takes() bool {
+// queued reports whether a majority of nodes confirmed the waiter's
+// subscription.
+func (w *lockWaiter) queued() bool {
+	if w == nil {
+		return false
+	}
 	w.n.mu.Lock()
-	k := w.kw.clients
-	w.n.mu.Unlock()
-	return k <= perRelease || rand.IntN(k) < perRelease
+	defer w.n.mu.Unlock()
+	k := 0
+	for _, s := range w.subscribed {
+		if s {
+			k++
+		}
+	}
+	return !w.n.closed && k >= w.n.c.quorum
 }
 
-// leave removes the waiter; acquired says whether its Acquire got the lock.
-// The next waiter becomes the head: if the leaver acquired, the releases it
-// saw were spent on its own grant and do not wake the next one. The key is
-// unsubscribed once its last waiter left.
-func (w *lockWaiter) leave(acquired bool) {
+// leave removes the waiter: its channel is unsubscribed.
+func (w *lockWaiter) leave() {
 	if w == nil {
 		return
 	}
-	n := w.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	kw := w.kw
-	wasHead := len(kw.queue) > 0 && kw.queue[0] == w
-	if i := slices.Index(kw.queue, w); i >= 0 {
-		kw.queue = slices.Delete(kw.queue, i, i+1)
-	}
-	if len(kw.queue) == 0 {
-		if n.keys[w.ch] != kw {
-			return
-		}
-		if n.closed {
-			delete(n.keys, w.ch)
-			return
-		}
-		// Keep the subscription a while: a Client that waits for a key
-		// often waits for it again soon (it released it, or another of its
-		// calls comes), and then finds it subscribed already.
-		if kw.linger == nil {
-			ch := w.ch
-			kw.linger = time.AfterFunc(subscriptionLinger, func() { n.drop(ch, kw) })
-		} else {
-			kw.linger.Reset(subscriptionLinger)
-		}
-		return
-	}
-	if wasHead {
-		h := kw.queue[0]
-		if acquired {
-			h.snap = kw.released
-		} else if h.ready() {
-			h.signal()
-		}
-	}
+	w.n.mu.Lock()
+	w.n.unlist(w)
+	w.n.mu.Unlock()
 }
 
-// drop forgets key channel ch, and unsubscribes from it, if nobody waited
-// for it since its last waiter left.
-func (n *notifier) drop(ch string, kw *keyWaiters) {
+// released turns a release script's reply code from node calls into the
+// vote's: codeHandedOff (the node told a waiter of lock key name) is
+// codeApplied, and is recorded so that this Client's next Acquire of the
+// key waits its turn (yielding).
+func (n *notifier) released(name string, code int64) int64 {
+	if code != codeHandedOff {
+		return code
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if n.handedOff == nil {
+		n.handedOff = make(map[string]time.Time)
+	}
+	if len(n.handedOff) >= 64 {
+		for k, at := range n.handedOff {
+			if now.Sub(at) >= handoffWindow {
+				delete(n.handedOff, k)
+			}
+		}
+	}
+	n.handedOff[name] = now
+	n.handoffs.Store(int32(len(n.handedOff)))
+	n.mu.Unlock()
+	return codeApplied
+}
+
+// yielding reports whether a Release of this Client woke a waiter of lock
+// key name less than handoffWindow ago, and forgets it: the woken waiter is
+// on its way to the key, and an attempt now would only race it.
+func (n *notifier) yielding(name string) bool {
+	if n.handoffs.Load() == 0 {
+		return false
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed || len(kw.queue) > 0 || n.keys[ch] != kw {
-		return
+	at, ok := n.handedOff[name]
+	if ok {
+		delete(n.handedOff, name)
+		n.handoffs.Store(int32(len(n.handedOff)))
 	}
-	delete(n.keys, ch)
-	n.kickAll()
+	return ok && time.Since(at) < handoffWindow
 }
 
 // close ends the pub/sub connections and their goroutines, and wakes every
@@ -438,12 +469,10 @@ func (n *notifier) close() {
 	n.closed = true
 	started := n.started
 	subs := n.subs
-	for _, kw := range n.keys {
-		for _, w := range kw.queue {
-			w.signal()
-		}
-		if kw.linger != nil {
-			kw.linger.Stop()
+	for _, w := range n.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	}
 	if started {
