@@ -81,9 +81,9 @@ const subscribeTimeout = 5 * time.Second
 // release to it since its last attempt began: the condition under which its
 // next attempt can succeed. One node's message is not enough, nor are
 // messages of different releases (a split vote's losers free a minority of
-// nodes). A woken waiter unsubscribes at once, so that the next release
-// finds the next waiter, and subscribes again with the same ticket if its
-// attempt fails: it keeps its place.
+// nodes). A waiter unsubscribes when its Acquire returns, before the lock
+// it got is released, so that the next release finds the next waiter; a
+// woken waiter whose attempt failed keeps its place.
 //
 // When a node cannot subscribe (a client without pub/sub, a connection that
 // fails, an ACL that forbids SUBSCRIBE), its messages never come: every
@@ -313,7 +313,11 @@ func (n *notifier) confirmed(i int, ch string) {
 }
 
 // deliver counts node i's announcement of a release to a waiter and, once
-// a majority of nodes announced that release, wakes it and unsubscribes it.
+// a majority of nodes announced that release, wakes it. The waiter stays
+// subscribed until its Acquire returns (leave): if its attempt fails it is
+// still the longest waiter, and the unsubscribe is not sent while the
+// attempt is on its way (the lock is then held for a while: the next
+// release comes later).
 func (n *notifier) deliver(i int, ch, id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -322,7 +326,6 @@ func (n *notifier) deliver(i int, ch, id string) {
 		return // gone, woken already, or no majority yet
 	}
 	w.woken = true
-	n.unlist(w)
 	select {
 	case w.wake <- struct{}{}:
 	default:
