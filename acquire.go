@@ -28,7 +28,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	defer func() { w.leave() }()
 	// A Client whose Release just woke a waiter of the key lets it go
 	// first: it takes a ticket behind the waiters and waits as after a
-	// failed attempt, rather than race the woken waiter (notify.go).
+	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
+	// rather than race the woken waiter (notify.go).
 	if c.notify.yielding(keys[0]) {
 		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w)
 	}
@@ -91,8 +92,10 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 
 // waitRetry waits the retry policy's delay after a failed attempt, and
 // reports whether to make another: not once ctx ended or the policy gave up.
-// A release that a majority of nodes announce cuts the delay short: *w
-// joins the waiters for lock key name at the first delay (notify.go).
+// A release that a majority of nodes announce to this waiter cuts the delay
+// short: *w takes a ticket among the waiters for lock key name at the first
+// delay (notify.go). With DefaultRetry, a waiter subscribed on a majority of
+// nodes waits on to its queued delay (125-250 ms) unless told first.
 func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter) bool {
 	if ctx.Err() != nil {
 		return false

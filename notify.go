@@ -217,9 +217,9 @@ func (n *notifier) start() {
 		ns := &nodeSub{idx: i, ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
 		n.subs[i] = ns
 		some = true
-		msgs := ns.ps.ChannelWithSubscriptions()
-		n.wg.Add(1)
-		go n.run(ns, msgs)
+		n.wg.Add(2)
+		go n.run(ns)
+		go n.receive(ns)
 	}
 	if !some {
 		n.subs = nil
@@ -239,33 +239,47 @@ func (n *notifier) kickAll() {
 	}
 }
 
-// run is a node's goroutine: it delivers the node's release messages and
-// brings the node's subscriptions in line with the waiters listed.
-func (n *notifier) run(ns *nodeSub, msgs <-chan any) {
+// run is a node's goroutine that brings the node's subscriptions in line
+// with the waiters listed.
+func (n *notifier) run(ns *nodeSub) {
 	defer n.wg.Done()
 	for {
 		select {
-		case m, ok := <-msgs:
-			if !ok {
-				return // the PubSub was closed
-			}
-			switch m := m.(type) {
-			case *redis.Message:
-				n.deliver(ns.idx, m.Channel, m.Payload)
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					n.confirmed(ns.idx, m.Channel)
-				}
-			}
 		case <-ns.kick:
 			n.reconcile(ns)
 		case <-n.done:
-			// Wait for go-redis's reader to end: it closes msgs once it
-			// sees the PubSub closed (after up to 100 ms of back-off when
-			// the node is unreachable), so that nothing outlives Close.
-			for range msgs {
-			}
 			return
+		}
+	}
+}
+
+// receiveBackoff is how long receive waits after a failed read before it
+// reads again (go-redis then reconnects and subscribes again).
+const receiveBackoff = 100 * time.Millisecond
+
+// receive is a node's goroutine that reads the node's pub/sub connection:
+// release messages and subscription confirmations. It reads directly
+// (PubSub.Receive) rather than through go-redis's Channel, which would add
+// a goroutine hop to every wake-up. It ends once close closed the PubSub.
+func (n *notifier) receive(ns *nodeSub) {
+	defer n.wg.Done()
+	for {
+		m, err := ns.ps.Receive(context.Background())
+		if err != nil {
+			select {
+			case <-n.done:
+				return
+			case <-time.After(receiveBackoff):
+			}
+			continue
+		}
+		switch m := m.(type) {
+		case *redis.Message:
+			n.deliver(ns.idx, m.Channel, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				n.confirmed(ns.idx, m.Channel)
+			}
 		}
 	}
 }

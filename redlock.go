@@ -476,6 +476,23 @@ func (c *Client) Close() error {
 // per-node timeout), and Close waits for them. opts override
 // the client's options for this call; Acquire does not modify the slice.
 //
+// Waiting (issue 12): between attempts, Acquire is also told when the key
+// is released. After its first failed attempt it takes a ticket (its start
+// time) and subscribes to a channel of its own on every node, on one pub/sub
+// connection per node that the Client opens the first time one of its calls
+// waits (Close closes them; nothing is opened while nobody waits). A
+// release, on each node where it deletes the key, publishes to the waiter
+// with the lowest ticket only; once a majority of nodes announced the same
+// release to it, that waiter retries at once instead of sleeping through its
+// retry delay, so waiters take the key in the order they came. A Client
+// whose Release woke a waiter and that acquires the same key within 50 ms
+// waits behind the waiters (as after a failed attempt) rather than race the
+// woken one. The message is a hint: the lock's guarantees come from the
+// attempt alone, a lost, late or forged message costs at most a retry delay
+// or a failed attempt, and without pub/sub (or with a key that expires
+// instead of being released) the retry policy's delays apply as before
+// (DefaultRetry waits longer while the waiter is subscribed: see there).
+//
 // Acquire is reentrant through ctx: when ctx is, or derives from, the context
 // of a Lease of this Client on the same key (Lease.Context, or the context Do
 // passes to its function), Acquire returns at once, without a round trip, a
