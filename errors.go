@@ -21,7 +21,8 @@ var (
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
 	// many nodes, too few nodes answered, the validity time ran out during the
-	// acquisition, or the context ended.
+	// acquisition, the context ended, or too many nodes answer with an error
+	// that retrying cannot fix (a wrong password: see Client.Acquire).
 	ErrNotAcquired = errors.New("redlock: lock not acquired")
 	// ErrNotHeld means Release or Extend found that this Lock is no longer
 	// held: its validity ran out, or too many nodes report the key expired or

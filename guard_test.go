@@ -189,6 +189,27 @@ func TestInspect_ShowsEpochs(t *testing.T) {
 	})
 }
 
+// Inspect shows a failed first use's epochs as void, with their age.
+func TestInspect_ShowsVoidEpochs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
+		c.holdElsewhere(t, "job", time.Minute, 1, 2) // our grant on node 0 only
+		_, err := c.rl.TryAcquire(ctx, "job", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		synctest.Wait() // the clean-up
+		time.Sleep(time.Second)
+		states, err := c.rl.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.True(t, states[0].Void)
+		assert.False(t, states[0].Trusted)
+		assert.False(t, states[0].Held)
+		assert.Equal(t, time.Second, states[0].EpochAge, "a void epoch keeps its age")
+		assert.False(t, states[1].Void)
+		assert.Equal(t, time.Duration(-1), states[1].EpochAge)
+	})
+}
+
 // On a key's first use with a node down, only the nodes that answered are
 // counted as granted; the dead node keeps its own outcome.
 func TestAmnesiaGuard_FirstUseDoesNotCountDeadNodes(t *testing.T) {

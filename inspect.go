@@ -37,6 +37,12 @@ type NodeState struct {
 	// Trusted reports whether a successful acquisition vouched for the
 	// node's epoch: its votes count.
 	Trusted bool
+	// Void reports that the failed attempt whose grant created the node's
+	// epoch took that grant back: on a key's first use the node counts as
+	// one without an epoch, otherwise its votes wait for vouching or for
+	// the end of its quarantine like any untrusted epoch (its age keeps
+	// counting). See WithQuarantine.
+	Void bool
 	// Err is why the node could not be read (unreachable, timed out, an
 	// error reply); the other fields are then zero.
 	Err error
@@ -82,7 +88,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 func inspectNode(ctx context.Context, n *node, keys []string) NodeState {
 	st := NodeState{Node: n.name}
 	res, err := inspectScript.Run(ctx, n.client, keys).Slice()
-	if err == nil && len(res) != 5 {
+	if err == nil && len(res) != 6 {
 		err = fmt.Errorf("redlock: unexpected inspect reply %v", res)
 	}
 	if err != nil {
@@ -94,7 +100,8 @@ func inspectNode(ctx context.Context, n *node, keys []string) NodeState {
 	fence, _ := res[2].(string)
 	age, _ := res[3].(int64)
 	trusted, _ := res[4].(int64)
-	st.EpochAge, st.Trusted = -1, trusted == 1
+	void, _ := res[5].(int64)
+	st.EpochAge, st.Trusted, st.Void = -1, trusted == 1, void == 1
 	if age >= 0 {
 		st.EpochAge = time.Duration(age) * time.Millisecond
 	}

@@ -233,6 +233,31 @@ func TestRealRedis_MajorityKilledFailsFast(t *testing.T) {
 	rc.requireNoKey(t, "report", 1, 3)
 }
 
+// A wrong password on real servers: Acquire with no deadline and the
+// default retry policy fails after one attempt, naming the server's reply,
+// instead of retrying for ever.
+func TestRealRedis_WrongPasswordFailsAtOnce(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx := context.Background()
+	urls := make([]string, len(rc.servers))
+	for i, s := range rc.servers {
+		require.NoError(t, rc.plain[i].ConfigSet(ctx, "requirepass", "right").Err())
+		urls[i] = "redis://:wrong@" + s.Addr()
+	}
+	rl, err := redlock.Dial(urls)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, rl.Close()) }()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute) // only a bound for a broken build
+	defer cancel()
+	_, err = rl.Acquire(ctx, "report", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "it must not retry until the deadline")
+	assert.Equal(t, 1, quorumError(t, err).Attempts)
+	var reply redis.Error
+	require.ErrorAs(t, err, &reply)
+	assert.Contains(t, reply.Error(), "WRONGPASS")
+}
+
 // One SIGSTOPped server must not hold up Acquire: it is left pending (or
 // timed out) and the quorum of the other four decides.
 func TestRealRedis_PausedNodeDoesNotBlock(t *testing.T) {

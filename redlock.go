@@ -465,6 +465,14 @@ func (c *Client) Close() error {
 //  6. on failure, delete the attempt's key on all N nodes (also those that
 //     seemed to refuse: a lost reply can hide a granted SET).
 //
+// Whatever the retry policy, it makes no further attempt when so many nodes
+// answered with an error reply that retrying cannot fix that fewer than a
+// majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL), READONLY
+// (a replica), WRONGTYPE (another kind of key under the lock's name), ERR
+// unknown command (scripting disabled). A wrong password then fails at
+// once instead of retrying until ctx ends; the *QuorumError's Cause says
+// so and wraps the first such reply (errors.As with go-redis's redis.Error).
+//
 // When it fails it returns a *QuorumError wrapping ErrNotAcquired (and ctx's
 // error if ctx ended), with every node's outcome in the last attempt; when it
 // returns, no key of its attempts is left on a node that answered in time,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -276,5 +278,61 @@ func TestAcquire_MemoryBoundedWhateverTheAttempts(t *testing.T) {
 		// 16 KB: under -race a reading still wobbles by up to ~8 KB, while one
 		// more pooled connection is 64 KB.
 		assert.LessOrEqual(t, growth, int64(16<<10), "the heap grows with the number of attempts")
+	})
+}
+
+// Acquire stops retrying once so many nodes answer with an error reply that
+// no retry fixes that a majority is out of reach, whatever the policy, and
+// says why; a transient error reply, or such errors on a minority, leave
+// the retry policy in charge.
+func TestAcquire_StopsOnErrorsNoRetryFixes(t *testing.T) {
+	for _, reply := range []string{
+		"NOAUTH Authentication required.",
+		"WRONGPASS invalid username-password pair or user is disabled.",
+		"NOPERM this user has no permissions to run the 'evalsha' command",
+		"READONLY You can't write against a read only replica.",
+		"WRONGTYPE Operation against a key holding the wrong kind of value",
+		"ERR unknown command 'evalsha', with args beginning with: ",
+	} {
+		t.Run(reply[:strings.IndexByte(reply, ' ')], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, 3)
+				c.nodes[0].Fail(reply)
+				c.nodes[1].Fail(reply)
+				_, err := c.rl.Acquire(context.Background(), "report", 10*time.Second) // no deadline
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				qe := quorumError(t, err)
+				assert.Equal(t, 1, qe.Attempts, "retrying cannot help")
+				assert.ErrorContains(t, err, "2 of 3 nodes answer with an error that retrying cannot fix (not retried): "+reply)
+				var re redis.Error
+				require.ErrorAs(t, err, &re)
+				assert.Equal(t, reply, re.Error())
+				assert.NotErrorIs(t, err, redlock.ErrTaken)
+			})
+		})
+	}
+	t.Run("transient", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.nodes[0].Fail("LOADING Redis is loading the dataset in memory")
+			c.nodes[1].Fail("LOADING Redis is loading the dataset in memory")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := c.rl.Acquire(ctx, "report", 10*time.Second)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Greater(t, quorumError(t, err).Attempts, 1, "a loading node may answer the next attempt")
+		})
+	})
+	t.Run("minority", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.holdElsewhere(t, "report", 50*time.Millisecond, 2)
+			c.nodes[0].Fail("WRONGPASS invalid username-password pair or user is disabled.")
+			l, err := c.rl.Acquire(context.Background(), "report", 10*time.Second)
+			require.NoError(t, err, "nodes 1 and 2 are a majority once the other holder's key expires")
+			assert.Greater(t, l.Attempts(), 1)
+			require.NoError(t, l.Release(context.Background()))
+		})
 	})
 }

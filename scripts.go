@@ -383,13 +383,13 @@ return 0
 // inspectScript reads a lock's state on one node without changing it, for
 // Client.Inspect: {owner value or "", PTTL of the lock key in milliseconds
 // (-2 missing, -1 no expiry), fencing counter or "", the epoch's age in ms
-// or -1 when there is none, 1 if the epoch is trusted else 0}. It does not
-// use the return codes above.
+// or -1 when there is none, 1 if the epoch is trusted else 0, 1 if it is
+// void else 0}. It does not use the return codes above.
 var inspectScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 local t = redis.call('PTTL', KEYS[1])
 local f = redis.call('GET', KEYS[2])
-local e = redis.call('HMGET', KEYS[3], 'born', 'trusted')
+local e = redis.call('HMGET', KEYS[3], 'born', 'trusted', 'void')
 local age = -1
 if e[1] then
   local now = redis.call('TIME')
@@ -397,5 +397,7 @@ if e[1] then
 end
 local trusted = 0
 if e[2] == '1' then trusted = 1 end
-return {v or '', t, f or '', age, trusted}
+local void = 0
+if e[3] == '1' then void = 1 end
+return {v or '', t, f or '', age, trusted, void}
 `)

@@ -331,6 +331,23 @@ func count(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
+// commonestFailure names the reason most failed calls of the trial gave,
+// as ` (the commonest failure, 12 of 40 calls: ...)`, or "" when none
+// failed: what a reader of a liveness failure needs first.
+func commonestFailure(rep Report) string {
+	reason, n, all := "", 0, 0
+	for r, k := range rep.FailureReasons {
+		all += k
+		if k > n || (k == n && r < reason) {
+			reason, n = r, k
+		}
+	}
+	if all == 0 {
+		return " (no call failed either)"
+	}
+	return fmt.Sprintf(" (the commonest failure, %d of %d failed calls: %s)", n, all, reason)
+}
+
 // judge gives one trial's verdict and the reasons for a Broken one.
 func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 	var notes []string
@@ -346,7 +363,7 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 	switch s.Availability {
 	case Available:
 		if rep.Acquisitions == 0 {
-			notes = append(notes, "no acquisition succeeded, but the scenario expects some")
+			notes = append(notes, "no acquisition succeeded, but the scenario expects some"+commonestFailure(rep))
 		}
 	case Unavailable:
 		if rep.Acquisitions > 0 {

@@ -316,3 +316,14 @@ func TestConnect_KeyWithoutHistoryIsAnError(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	assert.Nil(t, clients)
 }
+
+// A trial that expected acquisitions and got none says why the calls
+// failed: the commonest reason, with its count.
+func TestJudge_NoAcquisitionNamesTheCommonestFailure(t *testing.T) {
+	s := Scenario{Name: "x", Expect: Safe, Availability: Available}
+	v, notes := judge(s, Report{FailureReasons: map[string]int{"timed out": 1, "quarantined": 3}}, trialResult{})
+	assert.Equal(t, Broken, v)
+	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (the commonest failure, 3 of 4 failed calls: quarantined)"}, notes)
+	_, notes = judge(s, Report{}, trialResult{})
+	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (no call failed either)"}, notes)
+}

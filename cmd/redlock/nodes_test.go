@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -222,4 +224,23 @@ func TestStatus_JSONUnknownNode(t *testing.T) {
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw))
 	assert.Nil(t, raw.Held, stdout.String())
 	assert.Contains(t, stdout.String(), `"summary": "unknown: `)
+}
+
+// guardState names each amnesia-guard state the status table shows.
+func TestGuardState(t *testing.T) {
+	q := time.Minute
+	for _, tc := range []struct {
+		st   redlock.NodeState
+		want string
+	}{
+		{redlock.NodeState{Err: errors.New("down")}, "?"},
+		{redlock.NodeState{EpochAge: -1}, "no epoch"},
+		{redlock.NodeState{EpochAge: time.Hour, Trusted: true}, "trusted"},
+		{redlock.NodeState{EpochAge: 20 * time.Second}, "quarantined, 40s left"},
+		{redlock.NodeState{EpochAge: 20 * time.Second, Void: true}, "void, 40s left"},
+		{redlock.NodeState{EpochAge: 2 * time.Minute, Void: true}, "quarantine over, counter not vouched for"},
+		{redlock.NodeState{EpochAge: 2 * time.Minute}, "quarantine over, counter not vouched for"},
+	} {
+		assert.Equal(t, tc.want, guardState(tc.st, q), "%+v", tc.st)
+	}
 }

@@ -24,6 +24,8 @@ func guardState(st redlock.NodeState, quarantine time.Duration) string {
 		return "no epoch"
 	case st.Trusted:
 		return "trusted"
+	case st.Void && st.EpochAge < quarantine:
+		return fmt.Sprintf("void, %v left", (quarantine - st.EpochAge).Round(time.Second))
 	case st.EpochAge < quarantine:
 		return fmt.Sprintf("quarantined, %v left", (quarantine - st.EpochAge).Round(time.Second))
 	}
@@ -36,7 +38,9 @@ Shows the lock KEY on every node: whether the node holds it, by which owner
 (the first characters of the owner value only: the whole value is a secret),
 its remaining TTL on the node, the key's fencing counter (the last fencing
 token handed out), and the node's amnesia-guard state for the key ("no
-epoch", "trusted", "quarantined, 40s left", computed with --quarantine). A
+epoch", "trusted", "quarantined, 40s left", computed with --quarantine, or
+"void, 40s left": a failed attempt took back the grant that created the
+epoch, so on the key's first use the node counts as one with no epoch). A
 node that did not answer is shown as unknown ("?" in the table, null in
 --json), never as free. It reads only: it never takes or waits for the lock.
 The first line sums up whether one owner holds the key on a quorum of the
