@@ -21,7 +21,19 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	var (
 		calls voteCalls // the latest attempt's node calls
 		last  *QuorumError
+		// w is this call's place among the waiters for the key, joined at
+		// its first retry delay, so that a release cuts the delay short
+		// (notify.go).
+		w *lockWaiter
 	)
+	defer func() { w.leave() }()
+	// A Client whose Release just woke a waiter of the key lets it go
+	// first: it takes a ticket behind the waiters and waits as after a
+	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
+	// rather than race the woken waiter (notify.go).
+	if c.notify.yielding(keys[0]) {
+		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w)
+	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
 		// (its clean-up included; they ran during the retry delay): attempts
@@ -34,6 +46,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		if !open {
 			return nil, ErrClosed
 		}
+		w.mark()
 		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
 		done()
 		if err == nil {
@@ -54,7 +67,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			last.Cause = cause
 			break
 		}
-		if !waitRetry(ctx, cfg.retry, attempt) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w) {
 			break
 		}
 	}
@@ -134,7 +147,11 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 
 // waitRetry waits the retry policy's delay after a failed attempt, and
 // reports whether to make another: not once ctx ended or the policy gave up.
-func waitRetry(ctx context.Context, retry RetryPolicy, attempt int) bool {
+// A release that a majority of nodes announce to this waiter cuts the delay
+// short: *w takes a ticket among the waiters for lock key name at the first
+// delay (notify.go). With DefaultRetry, a waiter subscribed on a majority of
+// nodes waits on to its queued delay (125-250 ms) unless told first.
+func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -142,12 +159,10 @@ func waitRetry(ctx context.Context, retry RetryPolicy, attempt int) bool {
 	if !ok {
 		return false
 	}
-	t := time.NewTimer(delay)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-	case <-t.C:
+	if *w == nil && delay > 0 {
+		*w = c.notify.join(name)
 	}
+	(*w).sleep(ctx, delay, queuedDelay(retry))
 	return ctx.Err() == nil
 }
 
@@ -557,6 +572,9 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		c.enter(n, false)
 		defer n.exit()
 		code, err := rel.run(ctx, n).Int64()
+		if code == codeHandedOff {
+			code = codeApplied // the clean-up told a waiter: a minority, it wakes nobody
+		}
 		return reply{code: code, err: err}
 	})
 	return done

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,6 +28,26 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 		}
 	}
 	return nil
+}
+
+// WaitPattern is the PUBSUB CHANNELS pattern that matches the channels of
+// lock key name's waiters (name must hold no glob character).
+func WaitPattern(name string) string {
+	return waitChannelPrefix + strings.Repeat("?", ticketLen) + ":" + name
+}
+
+// NotifyState returns how many waiters of c want to be told of a release,
+// and how many channels its pub/sub connections are subscribed to, summed
+// over nodes (call it once the node goroutines are idle).
+func NotifyState(c *Client) (waiters, subscribed int) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	for _, ns := range c.notify.subs {
+		if ns != nil {
+			subscribed += len(ns.have)
+		}
+	}
+	return len(c.notify.waiters), subscribed
 }
 
 // DialWith is Dial with adjust applied to node i's go-redis options before

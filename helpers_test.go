@@ -32,6 +32,8 @@ type testNode struct {
 	addr string // a literal IP:port: names the node, never dialed
 
 	refused atomic.Bool
+	srvMu   sync.Mutex     // orders dial's ServeConn against Refuse's Close
+	srv     *server.Server // nil while refused; srvMu
 	mu      sync.Mutex
 	delay   func(cmd string, args []string) time.Duration // nil: no delay
 	fail    func(cmd string, args []string) bool          // nil: no injected error
@@ -48,18 +50,11 @@ func newTestNode(t testTB, i int) *testNode {
 	t.Helper()
 	n := &testNode{m: miniredis.NewMiniRedis(), addr: fmt.Sprintf("127.0.0.1:%d", 7001+i)}
 	n.m.ClockTTL(true)
-	// The first Dial starts the in-memory server, which the pre-hook needs.
-	conn, err := n.m.Dial()
-	require.NoError(t, err)
-	require.NoError(t, conn.Close())
-	n.installHook()
+	n.start(t)
 	n.rc = redis.NewClient(&redis.Options{
 		Addr: n.addr,
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
-			if n.refused.Load() {
-				return nil, errRefused
-			}
-			return n.m.Dial()
+			return n.dial()
 		},
 		MaxRetries:            -1,
 		DialerRetries:         1, // a refused node fails at once, as with Dial
@@ -83,7 +78,11 @@ func (n *testNode) installHook() {
 		n.mu.Lock()
 		f, fail := n.delay, n.fail
 		n.mu.Unlock()
-		if f != nil {
+		// The pub/sub connection that wakes waiters (notify.go) is never
+		// delayed: go-redis holds its PubSub's mutex while it writes
+		// SUBSCRIBE or PING, and a goroutine blocked on a mutex stops a
+		// synctest bubble's clock, so the delay would never end.
+		if f != nil && !pubsubCmd[cmd] {
 			if d := f(cmd, args); d > 0 {
 				time.Sleep(d)
 			}
@@ -95,6 +94,8 @@ func (n *testNode) installHook() {
 		return false
 	})
 }
+
+var pubsubCmd = map[string]bool{"SUBSCRIBE": true, "UNSUBSCRIBE": true, "PING": true}
 
 // FailIf makes the node answer the commands that match with an error
 // reply, without running them; nil stops it.
@@ -155,17 +156,119 @@ func (n *testNode) SlowIf(d time.Duration, match func(cmd string, args []string)
 // closes its open connections. Its data stays readable through n.m.
 func (n *testNode) Refuse() {
 	n.refused.Store(true)
+	n.srvMu.Lock()
+	n.srv = nil
+	n.srvMu.Unlock()
 	n.m.Close()
 }
 
 // Revive undoes Refuse: the node serves again, with the data it had.
 func (n *testNode) Revive(t testTB) {
 	t.Helper()
-	conn, err := n.m.Dial() // starts a new in-memory server
+	n.start(t)
+	n.refused.Store(false)
+}
+
+// start starts the node's in-memory server (miniredis's first Dial does)
+// and installs the pre-hook on it.
+func (n *testNode) start(t testTB) {
+	t.Helper()
+	conn, err := n.m.Dial()
 	require.NoError(t, err)
 	require.NoError(t, conn.Close())
+	n.srvMu.Lock()
+	n.srv = n.m.Server()
+	n.srvMu.Unlock()
 	n.installHook()
-	n.refused.Store(false)
+}
+
+// dial connects a client to the node: an in-memory pipe whose server end
+// buffers what the server writes (see serverConn), or errRefused while the
+// node is refused.
+func (n *testNode) dial() (net.Conn, error) {
+	if n.refused.Load() {
+		return nil, errRefused
+	}
+	n.srvMu.Lock()
+	defer n.srvMu.Unlock()
+	if n.srv == nil {
+		return nil, errRefused
+	}
+	c, s := net.Pipe()
+	n.srv.ServeConn(newServerConn(s))
+	return c, nil
+}
+
+// serverConn is the server's end of an in-memory pipe whose writes never
+// block: they are queued and a goroutine of its own copies them into the
+// pipe, as a socket's send buffer would. A bare net.Pipe write waits for the
+// client to read, and miniredis writes (Peer.Flush, and the pub/sub
+// goroutine's Peer.Block) while holding the connection's sync.Mutex. When
+// the client does not read for a while (go-redis's pub/sub reader sleeps
+// 100 ms after a failed read; that sleep is fake time in a synctest bubble),
+// a second writer blocked on that mutex is not durably blocked, so the
+// bubble's clock stops and the sleep never ends: the test hangs.
+type serverConn struct {
+	net.Conn
+	mu     sync.Mutex
+	queued []byte
+	closed bool
+	more   chan struct{} // buffered: queued is not empty
+	done   chan struct{} // closed by Close
+}
+
+func newServerConn(c net.Conn) *serverConn {
+	s := &serverConn{Conn: c, more: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.copyOut()
+	return s
+}
+
+// Write queues p for the client and returns at once.
+func (s *serverConn) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, net.ErrClosed
+	}
+	s.queued = append(s.queued, p...)
+	s.mu.Unlock()
+	select {
+	case s.more <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// copyOut writes what was queued into the pipe, in order, until Close.
+func (s *serverConn) copyOut() {
+	for {
+		select {
+		case <-s.more:
+		case <-s.done:
+			return
+		}
+		s.mu.Lock()
+		b := s.queued
+		s.queued = nil
+		s.mu.Unlock()
+		if _, err := s.Conn.Write(b); err != nil {
+			return
+		}
+	}
+}
+
+// Close closes the pipe (what is still queued is lost, as with a killed
+// host) and ends copyOut.
+func (s *serverConn) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.done)
+	return s.Conn.Close()
 }
 
 // Fail makes the node answer every command with a Redis error reply.

@@ -378,7 +378,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 			defer cancel()
 			code, err := call.run(dctx, n).Int64()
-			return reply{code: code, err: err}
+			return reply{code: c.notify.released(l.keys[0], code), err: err}
 		}
 		if unsent {
 			return reply{err: errShed} // nothing to delete
@@ -389,7 +389,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
 	code, err := call.run(dctx, n).Int64()
-	return reply{code: code, err: err}
+	return reply{code: c.notify.released(l.keys[0], code), err: err}
 }
 
 // countLate counts into the release vote t the replies that arrive after it

@@ -147,7 +147,8 @@ type Client struct {
 	// done is untrack, bound once: track and begin hand it out, and a
 	// method value made per call would allocate (two votes and two
 	// operations per acquire + release).
-	done func()
+	done   func()
+	notify notifier // wakes waiting Acquire calls on release (notify.go)
 }
 
 // track counts one more batch of node calls in flight, so that Close waits
@@ -350,6 +351,7 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
 	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
 	c.done = c.untrack
+	c.notify.c = c
 	return c, nil
 }
 
@@ -426,7 +428,9 @@ func (c *Client) Quorum() int { return c.quorum }
 // and their clean-up. Each is bounded by the per-node timeout (a straggler's
 // delete by its acquire call's, then its own), so once Close returns no key
 // of a released lock is left on a node that answered within them. Clients
-// passed to New are left open. Later calls return ErrClosed. Close is
+// passed to New are left open; the pub/sub connections the Client opened on
+// them to learn of releases are closed. An Acquire waiting between attempts
+// returns ErrClosed at once. Later calls return ErrClosed. Close is
 // idempotent.
 func (c *Client) Close() error {
 	c.inflightMu.Lock()
@@ -440,6 +444,7 @@ func (c *Client) Close() error {
 		idle = c.idle
 	}
 	c.inflightMu.Unlock()
+	c.notify.close() // waiting Acquire calls return ErrClosed now
 	if idle != nil {
 		<-idle // a channel: testing/synctest sees the wait as durable
 	}
@@ -490,6 +495,23 @@ func (c *Client) Close() error {
 // wait for may still run: they end in the background (each bounded by the
 // per-node timeout), and Close waits for them. opts override
 // the client's options for this call; Acquire does not modify the slice.
+//
+// Waiting (issue 12): between attempts, Acquire is also told when the key
+// is released. After its first failed attempt it takes a ticket (its start
+// time) and subscribes to a channel of its own on every node, on one pub/sub
+// connection per node that the Client opens the first time one of its calls
+// waits (Close closes them; nothing is opened while nobody waits). A
+// release, on each node where it deletes the key, publishes to the waiter
+// with the lowest ticket only; once a majority of nodes announced the same
+// release to it, that waiter retries at once instead of sleeping through its
+// retry delay, so waiters take the key in the order they came. A Client
+// whose Release woke a waiter and that acquires the same key within 50 ms
+// waits behind the waiters (as after a failed attempt) rather than race the
+// woken one. The message is a hint: the lock's guarantees come from the
+// attempt alone, a lost, late or forged message costs at most a retry delay
+// or a failed attempt, and without pub/sub (or with a key that expires
+// instead of being released) the retry policy's delays apply as before
+// (DefaultRetry waits longer while the waiter is subscribed: see there).
 //
 // Acquire is reentrant through ctx: when ctx is, or derives from, the context
 // of a Lease of this Client on the same key (Lease.Context, or the context Do

@@ -92,8 +92,36 @@ func (p exponentialRetry) validate() error {
 
 // DefaultRetry is the policy Acquire uses when none is set: full-jitter
 // exponential backoff from 10 ms up to 250 ms, until the context ends.
+//
+// Its short first delays are there to notice a release soon. A waiting
+// Acquire is also told of the release by the nodes (pub/sub, see Acquire):
+// with DefaultRetry, a waiter that is subscribed on a majority of nodes when
+// its delay ends waits on until 125–250 ms (a uniformly random time in
+// [max/2, max]) after its failed attempt, unless it is told first. The
+// message is a hint: without it (no pub/sub, a lost message, a key that
+// expired) the wait still ends by then. Policies other than DefaultRetry
+// keep their delays as they are.
 func DefaultRetry() RetryPolicy {
-	return ExponentialRetry(10*time.Millisecond, 250*time.Millisecond, 0)
+	return defaultRetry{exponentialRetry{base: 10 * time.Millisecond, max: 250 * time.Millisecond}}
+}
+
+// defaultRetry is DefaultRetry: ExponentialRetry(10ms, 250ms, 0), and
+// queuedDelay.
+type defaultRetry struct{ exponentialRetry }
+
+// queuedDelay is how long after a failed attempt a waiter subscribed on a
+// majority of nodes waits at most: uniformly random in [max/2, max].
+func (p defaultRetry) queuedDelay() time.Duration {
+	return p.max/2 + randUpTo(p.max-p.max/2)
+}
+
+// queuedDelay returns retry's longest wait for a waiter subscribed on a
+// majority of nodes, or 0 for a policy that has none (its delay stands).
+func queuedDelay(retry RetryPolicy) time.Duration {
+	if p, ok := retry.(defaultRetry); ok {
+		return p.queuedDelay()
+	}
+	return 0
 }
 
 func randUpTo(d time.Duration) time.Duration {

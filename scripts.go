@@ -326,12 +326,35 @@ end
 return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 `)
 
-// releaseScript deletes the lock key if ARGV[1] is its owner value.
-var releaseScript = redis.NewScript(`
+// luaWakeNext is the release scripts' wake-up (notify.go): wakeNext(key,
+// owner), called where the key was deleted, publishes the SHA1 of the
+// released owner value to the channel of the key's waiter with the lowest
+// ticket on this node (waitChannel: the fixed-length ticket is matched by
+// '?', the key's glob characters are escaped) and returns 2; with no waiter
+// it publishes nothing and returns 1. PUBSUB CHANNELS looks only at this
+// node's pub/sub channels: with nobody waiting it is one lookup in an empty
+// table, no command reaches another connection.
+const luaWakeNext = `
+local function wakeNext(key, owner)
+  local p = 'redlock:wait:' .. string.rep('?', 24) .. ':' .. (string.gsub(key, '[%*%?%[%]\\]', '\\%0'))
+  local w = redis.call('PUBSUB', 'CHANNELS', p)
+  if #w == 0 then return 1 end
+  table.sort(w)
+  redis.call('PUBLISH', w[1], redis.sha1hex(owner))
+  return 2
+end
+`
+
+// releaseScript deletes the lock key if ARGV[1] is its owner value, and
+// then tells the key's longest waiter of the release (luaWakeNext). Codes:
+// 1 deleted, 2 deleted and a waiter told (codeHandedOff), -1 held by
+// another owner, 0 not there. A key that expires, or that is not ours,
+// tells nobody.
+var releaseScript = redis.NewScript(luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  return 1
+  return wakeNext(KEYS[1], ARGV[1])
 end
 if v then return -1 end
 return 0
@@ -365,8 +388,9 @@ return 0
 // write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
 // release may reach a node before the acquisition's write-back did. It only
 // changes a counter and an epoch that exist, which keep their retention
-// (KEEPTTL; HSET keeps a hash's TTL).
-var releaseVouchScript = redis.NewScript(`
+// (KEEPTTL; HSET keeps a hash's TTL). Like releaseScript it tells the
+// key's longest waiter where it deletes, with the same codes.
+var releaseVouchScript = redis.NewScript(luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -377,7 +401,7 @@ if v == ARGV[1] then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('HSET', KEYS[3], 'trusted', '1')
   end
-  return 1
+  return wakeNext(KEYS[1], ARGV[1])
 end
 if v then return -1 end
 return 0

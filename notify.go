@@ -1,0 +1,505 @@
+package redlock
+
+// Waking waiters on release: an Acquire that waits for a held key is told,
+// over pub/sub, when the key is released and its turn has come, instead of
+// sleeping through its retry delay. The wake-up is a hint only: a lost, late
+// or forged message costs at most an attempt or a retry delay, never the
+// lock's guarantees, which come from the attempt alone.
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// waitChannelPrefix starts the name of every waiter's channel.
+const waitChannelPrefix = "redlock:wait:"
+
+// ticketLen is the length of a waiter's ticket: 16 hex digits of the Unix
+// time in microseconds when it started waiting, then 8 of a sequence number
+// of this process. Tickets sort in the order waiters came (within one
+// process always; across processes by their clocks).
+const ticketLen = 24
+
+var ticketSeq atomic.Uint32
+
+// waitChannel names the channel of a waiter with ticket for lock key name
+// (the prefix of WithPrefix included): "redlock:wait:<ticket>:<name>". The
+// waiter subscribes to it on every node while it waits. releaseScript and
+// releaseVouchScript, where they delete the key, list the key's waiters'
+// channels on that node (PUBSUB CHANNELS), and publish to the one with the
+// lowest ticket only: the message is the SHA1 of the released owner value
+// in hex, the same on every node, so the waiter can tell one release from
+// another.
+func waitChannel(ticket, name string) string {
+	return waitChannelPrefix + ticket + ":" + name
+}
+
+func newTicket() string {
+	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+}
+
+// codeHandedOff is the release scripts' reply where they deleted the key
+// and told a waiter of it: codeApplied for the vote, and a hand-off for the
+// releasing Client (notifier.released).
+const codeHandedOff = 2
+
+// handoffWindow is how long after one of its Release calls woke a waiter of
+// a key a Client's next Acquire of that key waits its turn behind the
+// waiters instead of trying at once (notifier.yielding).
+const handoffWindow = 50 * time.Millisecond
+
+// subscriber is the part of a go-redis client that opens a pub/sub
+// connection (redis.Client, ClusterClient, Ring, sentinel clients).
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE write, dial included.
+// The waiters never wait for it: they sleep their retry delay meanwhile.
+const subscribeTimeout = 5 * time.Second
+
+// notifier wakes the Acquire calls of one Client that wait for a held key
+// when the key is released and their turn has come.
+//
+// Each node gets at most one pub/sub connection, opened the first time an
+// Acquire of the Client waits and closed by Client.Close; nothing of it
+// exists for a Client that never waited. A waiting Acquire takes a ticket
+// at its first retry delay and subscribes to its own channel (waitChannel)
+// on every node, through that node's goroutine, never on its own path. A
+// release, on each node where it deletes the key, publishes to the channel
+// with the lowest ticket: one waiter in all is told, the one that has waited
+// longest, so a release sends N messages, not N per waiting Client, and the
+// waiters take the key in the order they came.
+//
+// A waiter is woken when a majority (N/2+1) of nodes announced the same
+// release to it since its last attempt began: the condition under which its
+// next attempt can succeed. One node's message is not enough, nor are
+// messages of different releases (a split vote's losers free a minority of
+// nodes). A waiter unsubscribes when its Acquire returns, before the lock
+// it got is released, so that the next release finds the next waiter; a
+// woken waiter whose attempt failed keeps its place.
+//
+// When a node cannot subscribe (a client without pub/sub, a connection that
+// fails, an ACL that forbids SUBSCRIBE), its messages never come: every
+// wait is bounded by the retry policy's delay in any case, and a key that
+// expires without a release is found by that delay too.
+type notifier struct {
+	c *Client
+	// handoffs counts the entries of handedOff, so that Acquire skips the
+	// lock when nobody waited (the uncontended path).
+	handoffs atomic.Int32
+
+	mu        sync.Mutex
+	closed    bool
+	started   bool
+	waiters   map[string]*lockWaiter // by channel: the waiters that want to be told
+	handedOff map[string]time.Time   // lock key name → when a Release of this Client woke a waiter
+	subs      []*nodeSub             // by node index; nil for a node without pub/sub
+	done      chan struct{}          // closed by close
+	wg        sync.WaitGroup         // the node goroutines
+}
+
+// nodeSub is one node's pub/sub connection, used by that node's goroutine
+// (run).
+type nodeSub struct {
+	idx  int
+	ps   *redis.PubSub
+	kick chan struct{}   // buffered: the set of waiters changed
+	have map[string]bool // channels subscribed or being subscribed; notifier.mu
+}
+
+// lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay
+// only.
+type lockWaiter struct {
+	n  *notifier
+	ch string
+	// The fields below are guarded by n.mu.
+	listed     bool   // in n.waiters: wants to be told
+	subscribed []bool // by node: SUBSCRIBE confirmed since it was listed
+	woken      bool   // a majority announced a release to it since its attempt began
+	recent     [4]seenRelease
+	next       int           // the slot of recent to reuse
+	wake       chan struct{} // buffered: woken
+}
+
+// seenRelease counts the nodes that announced one release.
+type seenRelease struct {
+	id    string
+	nodes uint64 // bit i: node i announced it (nodes beyond 64 are counted in extra)
+	extra int
+}
+
+// count records that node i announced release id, and reports whether that
+// made a majority of quorum nodes. Only the last few releases are
+// remembered: announcements of one release arrive within a few
+// milliseconds of each other.
+func (w *lockWaiter) count(i int, id string, quorum int) bool {
+	var r *seenRelease
+	for j := range w.recent {
+		if w.recent[j].id == id {
+			r = &w.recent[j]
+			break
+		}
+	}
+	if r == nil {
+		r = &w.recent[w.next]
+		w.next = (w.next + 1) % len(w.recent)
+		*r = seenRelease{id: id}
+	}
+	before := bits.OnesCount64(r.nodes) + r.extra
+	if i < 64 {
+		r.nodes |= 1 << i
+	} else {
+		r.extra++
+	}
+	after := bits.OnesCount64(r.nodes) + r.extra
+	return before < quorum && after >= quorum
+}
+
+// join makes a waiter for lock key name (prefix included) with a new
+// ticket and subscribes to its channel on every node, in the background. It
+// returns nil (wait the retry delay only) once the Client is closed or when
+// no node supports pub/sub.
+func (n *notifier) join(name string) *lockWaiter {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	if !n.started {
+		n.start()
+	}
+	if len(n.subs) == 0 {
+		return nil
+	}
+	w := &lockWaiter{n: n, ch: waitChannel(newTicket(), name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	n.list(w)
+	return w
+}
+
+// list adds w to the waiters to subscribe for. n.mu is held.
+func (n *notifier) list(w *lockWaiter) {
+	w.listed = true
+	n.waiters[w.ch] = w
+	n.kickAll()
+}
+
+// unlist removes w from the waiters to subscribe for. n.mu is held.
+func (n *notifier) unlist(w *lockWaiter) {
+	if !w.listed {
+		return
+	}
+	w.listed = false
+	clear(w.subscribed)
+	delete(n.waiters, w.ch)
+	n.kickAll()
+}
+
+// start opens a pub/sub connection to every node whose client has one, and
+// starts each node's goroutine. n.mu is held.
+func (n *notifier) start() {
+	n.started = true
+	n.waiters = make(map[string]*lockWaiter)
+	n.done = make(chan struct{})
+	n.subs = make([]*nodeSub, len(n.c.nodes))
+	some := false
+	for i, nd := range n.c.nodes {
+		s, ok := nd.client.(subscriber)
+		if !ok || isNil(s) {
+			continue
+		}
+		ns := &nodeSub{idx: i, ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
+		n.subs[i] = ns
+		some = true
+		n.wg.Add(2)
+		go n.run(ns)
+		go n.receive(ns)
+	}
+	if !some {
+		n.subs = nil
+	}
+}
+
+// kickAll tells every node goroutine that the set of waiters changed. n.mu
+// is held.
+func (n *notifier) kickAll() {
+	for _, ns := range n.subs {
+		if ns != nil {
+			select {
+			case ns.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run is a node's goroutine that brings the node's subscriptions in line
+// with the waiters listed.
+func (n *notifier) run(ns *nodeSub) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-ns.kick:
+			n.reconcile(ns)
+		case <-n.done:
+			return
+		}
+	}
+}
+
+// receiveBackoff is how long receive waits after a failed read before it
+// reads again (go-redis then reconnects and subscribes again).
+const receiveBackoff = 100 * time.Millisecond
+
+// receive is a node's goroutine that reads the node's pub/sub connection:
+// release messages and subscription confirmations. It reads directly
+// (PubSub.Receive) rather than through go-redis's Channel, which would add
+// a goroutine hop to every wake-up. It ends once close closed the PubSub.
+func (n *notifier) receive(ns *nodeSub) {
+	defer n.wg.Done()
+	for {
+		m, err := ns.ps.Receive(context.Background())
+		if err != nil {
+			select {
+			case <-n.done:
+				return
+			case <-time.After(receiveBackoff):
+			}
+			continue
+		}
+		switch m := m.(type) {
+		case *redis.Message:
+			n.deliver(ns.idx, m.Channel, m.Payload)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				n.confirmed(ns.idx, m.Channel)
+			}
+		}
+	}
+}
+
+// reconcile subscribes the node to the listed waiters' channels it lacks,
+// and unsubscribes it from the others.
+func (n *notifier) reconcile(ns *nodeSub) {
+	var add, drop []string
+	n.mu.Lock()
+	for ch := range n.waiters {
+		if !ns.have[ch] {
+			add = append(add, ch)
+			ns.have[ch] = true
+		}
+	}
+	for ch := range ns.have {
+		if n.waiters[ch] == nil {
+			drop = append(drop, ch)
+			delete(ns.have, ch)
+		}
+	}
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	defer cancel()
+	// Unsubscribe first: a woken waiter's channel must be gone before the
+	// next release looks for the lowest ticket. go-redis records the
+	// channels even when the write fails, and subscribes to them again
+	// when it reconnects.
+	if len(drop) > 0 {
+		_ = ns.ps.Unsubscribe(ctx, drop...)
+	}
+	if len(add) > 0 {
+		_ = ns.ps.Subscribe(ctx, add...)
+	}
+}
+
+// confirmed records that node i confirmed a waiter's subscription (its
+// reply to SUBSCRIBE): from then on the node tells it of releases.
+func (n *notifier) confirmed(i int, ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.waiters[ch]; w != nil {
+		w.subscribed[i] = true
+	}
+}
+
+// deliver counts node i's announcement of a release to a waiter and, once
+// a majority of nodes announced that release, wakes it. The waiter stays
+// subscribed until its Acquire returns (leave): if its attempt fails it is
+// still the longest waiter, and the unsubscribe is not sent while the
+// attempt is on its way (the lock is then held for a while: the next
+// release comes later).
+func (n *notifier) deliver(i int, ch, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.waiters[ch]
+	if w == nil || !w.count(i, id, n.c.quorum) {
+		return // gone, woken already, or no majority yet
+	}
+	w.woken = true
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// mark records that an attempt begins: only releases from now on wake the
+// waiter.
+func (w *lockWaiter) mark() {
+	if w == nil {
+		return
+	}
+	w.n.mu.Lock()
+	w.woken = false
+	w.n.mu.Unlock()
+	select {
+	case <-w.wake: // a wake-up for the attempt that just began
+	default:
+	}
+}
+
+// sleep waits for the retry delay d, until ctx ends or the Client closes,
+// or until the waiter is woken, whichever comes first. A waiter woken during
+// its attempt returns at once; one woken earlier whose attempt failed
+// subscribes again with its ticket. With queued > d (DefaultRetry), a
+// waiter that is subscribed on a majority of nodes when d ends waits on
+// until queued: it will be told of the release.
+func (w *lockWaiter) sleep(ctx context.Context, d, queued time.Duration) {
+	if d <= 0 {
+		return
+	}
+	var wake <-chan struct{}
+	if w != nil {
+		n := w.n
+		n.mu.Lock()
+		now := n.closed || w.woken
+		if !now && !w.listed {
+			n.list(w) // woken before, and the attempt failed: same ticket
+		}
+		n.mu.Unlock()
+		if now {
+			return // released during the attempt, or the Client closed
+		}
+		wake = w.wake
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-wake:
+		return
+	case <-t.C:
+	}
+	if queued <= d || !w.queued() {
+		return
+	}
+	t.Reset(queued - d)
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+// queued reports whether a majority of nodes confirmed the waiter's
+// subscription.
+func (w *lockWaiter) queued() bool {
+	if w == nil {
+		return false
+	}
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	k := 0
+	for _, s := range w.subscribed {
+		if s {
+			k++
+		}
+	}
+	return !w.n.closed && k >= w.n.c.quorum
+}
+
+// leave removes the waiter: its channel is unsubscribed.
+func (w *lockWaiter) leave() {
+	if w == nil {
+		return
+	}
+	w.n.mu.Lock()
+	w.n.unlist(w)
+	w.n.mu.Unlock()
+}
+
+// released turns a release script's reply code from node calls into the
+// vote's: codeHandedOff (the node told a waiter of lock key name) is
+// codeApplied, and is recorded so that this Client's next Acquire of the
+// key waits its turn (yielding).
+func (n *notifier) released(name string, code int64) int64 {
+	if code != codeHandedOff {
+		return code
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if n.handedOff == nil {
+		n.handedOff = make(map[string]time.Time)
+	}
+	if len(n.handedOff) >= 64 {
+		for k, at := range n.handedOff {
+			if now.Sub(at) >= handoffWindow {
+				delete(n.handedOff, k)
+			}
+		}
+	}
+	n.handedOff[name] = now
+	n.handoffs.Store(int32(len(n.handedOff)))
+	n.mu.Unlock()
+	return codeApplied
+}
+
+// yielding reports whether a Release of this Client woke a waiter of lock
+// key name less than handoffWindow ago, and forgets it: the woken waiter is
+// on its way to the key, and an attempt now would only race it.
+func (n *notifier) yielding(name string) bool {
+	if n.handoffs.Load() == 0 {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	at, ok := n.handedOff[name]
+	if ok {
+		delete(n.handedOff, name)
+		n.handoffs.Store(int32(len(n.handedOff)))
+	}
+	return ok && time.Since(at) < handoffWindow
+}
+
+// close ends the pub/sub connections and their goroutines, and wakes every
+// waiter (its Acquire then returns ErrClosed).
+func (n *notifier) close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	started := n.started
+	subs := n.subs
+	for _, w := range n.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	if started {
+		close(n.done)
+	}
+	n.mu.Unlock()
+	for _, ns := range subs {
+		if ns != nil {
+			_ = ns.ps.Close()
+		}
+	}
+	n.wg.Wait()
+}

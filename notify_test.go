@@ -1,0 +1,519 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// numWaiting returns, per node, how many of key's waiters are subscribed to
+// their channels.
+func (c *cluster) numWaiting(key string) []int {
+	out := make([]int, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = len(nd.m.PubSubChannels(redlock.WaitPattern(key)))
+	}
+	return out
+}
+
+// waitChannels returns the channels of key's waiters subscribed on node i,
+// lowest ticket first.
+func (c *cluster) waitChannels(i int, key string) []string {
+	chs := c.nodes[i].m.PubSubChannels(redlock.WaitPattern(key))
+	slices.Sort(chs)
+	return chs
+}
+
+// longWait retries every 10 s: any acquisition well before that was woken.
+var longWait = redlock.WithRetry(redlock.LinearRetry(10*time.Second, 0, 0))
+
+func TestAcquire_WokenByRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+
+		start := time.Now()
+		got := make(chan *redlock.Lock)
+		go func() {
+			l, err := other.Acquire(ctx, "job", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numWaiting("job"), "the waiter subscribes on every node")
+		require.NoError(t, held.Release(ctx))
+		l := <-got
+		// Fake time: the release came at 1 s, the retry delay ends at 10 s.
+		require.Equal(t, time.Second, time.Since(start), "acquired right after the release")
+		require.Equal(t, 2, l.Attempts())
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numWaiting("job"), "unsubscribed once woken")
+		waiters, subs := redlock.NotifyState(other)
+		require.Zero(t, waiters)
+		require.Zero(t, subs)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// Without pub/sub (SUBSCRIBE refused on every node) or when the key expires
+// instead of being released, the waiter acquires by its retry policy, never
+// later.
+func TestAcquire_WithoutReleaseMessageFallsBackToRetryPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noPubSub  bool
+		expire    bool
+		wantAfter time.Duration
+	}{
+		{name: "subscribe refused, released", noPubSub: true, wantAfter: 10 * time.Second},
+		{name: "subscribed, key expires", expire: true, wantAfter: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3)
+				c.warmUp(t)
+				if tc.noPubSub {
+					for _, nd := range c.nodes {
+						nd.FailIf(func(cmd string, _ []string) bool { return cmd == "SUBSCRIBE" })
+					}
+				}
+				other := c.secondClient(t, longWait)
+				held, err := c.rl.TryAcquire(ctx, "job", 5*time.Second)
+				require.NoError(t, err)
+				start := time.Now()
+				got := make(chan *redlock.Lock)
+				go func() {
+					l, err := other.Acquire(ctx, "job", time.Minute)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				time.Sleep(time.Second)
+				if !tc.expire {
+					require.NoError(t, held.Release(ctx))
+				}
+				l := <-got
+				require.Equal(t, tc.wantAfter, time.Since(start))
+				require.Equal(t, 2, l.Attempts())
+				synctest.Wait()
+				require.Equal(t, []int{0, 0, 0}, c.numWaiting("job"))
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}
+
+// A waiter retries once a majority of nodes announced the same release, not
+// on one node's message nor on a majority made of different releases: a
+// minority is what a split vote's losers free.
+func TestAcquire_WokenByMajorityOfOneRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 5)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1, 2, 3, 4)
+		start := time.Now()
+		got := make(chan *redlock.Lock, 1) // buffered: the bubble ends after a failure
+		go func() {
+			l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		chs := c.waitChannels(0, "job")
+		require.Len(t, chs, 1)
+		ch := chs[0]
+		// Two losers free two nodes each, then the holder releases node by
+		// node, one second apart.
+		steps := []struct {
+			node int
+			id   string
+		}{{0, "loser1"}, {1, "loser1"}, {2, "loser2"}, {3, "loser2"}, {2, "holder"}, {3, "holder"}, {4, "holder"}}
+		for i, st := range steps {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			nd := c.nodes[st.node]
+			if st.id == "holder" {
+				nd.m.Del("job")
+			}
+			require.Equal(t, 1, nd.m.Publish(ch, st.id))
+			synctest.Wait()
+			select {
+			case l := <-got:
+				require.Equal(t, 6, i, "woken after message %d; the majority of one release is message 6", i)
+				require.Equal(t, 7*time.Second+time.Millisecond, time.Since(start))
+				require.Equal(t, 2, l.Attempts())
+				require.NoError(t, l.Release(ctx))
+				return
+			default:
+			}
+		}
+		t.Fatal("not woken by a majority of nodes announcing one release")
+	})
+}
+
+// Waiters take the key in the order they came, each as soon as the one
+// before releases, whether they share a Client or not; and a release tells
+// only the longest waiter: one attempt follows it, not one per waiter.
+func TestAcquire_WaitersInOrderOneAttemptPerRelease(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("one Client %v", shared), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3)
+				c.warmUp(t)
+				holder := c.secondClient(t)
+				held, err := holder.TryAcquire(ctx, "job", time.Minute)
+				require.NoError(t, err)
+				var attempts atomic.Int32
+				c.nodes[0].FailIf(func(cmd string, args []string) bool {
+					if isScript("acquire", cmd, args) {
+						attempts.Add(1)
+					}
+					return false
+				})
+				start := time.Now()
+				var (
+					mu    sync.Mutex
+					order []string
+					wg    sync.WaitGroup
+				)
+				const k = 6
+				for i := range k {
+					name := fmt.Sprintf("w%d", i)
+					rl := c.rl
+					if !shared {
+						rl = c.secondClient(t)
+					}
+					wg.Go(func() {
+						l, err := rl.Acquire(ctx, "job", time.Minute, longWait)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						order = append(order, fmt.Sprintf("%s@%v/%d", name, time.Since(start), l.Attempts()))
+						mu.Unlock()
+						time.Sleep(100 * time.Millisecond)
+						if err := l.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					})
+					time.Sleep(time.Millisecond) // join in this order
+					synctest.Wait()
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.Equal(t, []int{k, k, k}, c.numWaiting("job"))
+				require.Equal(t, int32(k), attempts.Load())
+				require.NoError(t, held.Release(ctx))
+				synctest.Wait()
+				require.Equal(t, int32(k+1), attempts.Load(), "one attempt after the release")
+				wg.Wait()
+				// Released at 1.006 s; each holds 100 ms. Nobody waited for
+				// the 10 s retry delay: two attempts each.
+				require.Equal(t, "w0@1.006s/2 w1@1.106s/2 w2@1.206s/2 w3@1.306s/2 w4@1.406s/2 w5@1.506s/2", strings.Join(order, " "))
+				require.Equal(t, int32(2*k), attempts.Load())
+				synctest.Wait()
+				require.Equal(t, []int{0, 0, 0}, c.numWaiting("job"))
+			})
+		})
+	}
+}
+
+// A Client whose Release woke a waiter, and that acquires the key again at
+// once, lets the woken waiter have it: it goes behind it in the queue
+// instead of racing it (and usually winning: it needs no message).
+func TestAcquire_ReleaserLetsTheWokenWaiterGoFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		start := time.Now()
+		got := make(chan string, 2)
+		go func() {
+			l, err := other.Acquire(ctx, "job", time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- fmt.Sprintf("waiter@%v/%d", time.Since(start), l.Attempts())
+			time.Sleep(time.Second)
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, held.Release(ctx))
+		l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+		require.NoError(t, err)
+		got <- fmt.Sprintf("releaser@%v/%d", time.Since(start), l.Attempts())
+		require.Equal(t, "waiter@1s/2", <-got)
+		require.Equal(t, "releaser@2s/1", <-got)
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// With DefaultRetry, a waiter subscribed on a majority of nodes is told of
+// the release, so it retries 125-250 ms after a failed attempt, not after
+// the policy's short first delays; without pub/sub, and with any other
+// policy, the policy's delays stand.
+func TestAcquire_DefaultRetryWaitsLongerWhenQueued(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noPubSub bool
+		opt      redlock.Option
+		min, max time.Duration // of the gaps between attempts
+	}{
+		{name: "default, queued", min: 125 * time.Millisecond, max: 250 * time.Millisecond},
+		{name: "default, subscribe refused", noPubSub: true, min: 125 * time.Millisecond, max: 250 * time.Millisecond},
+		{name: "linear 20ms, queued", opt: redlock.WithRetry(redlock.LinearRetry(20*time.Millisecond, 0, 0)), min: 20 * time.Millisecond, max: 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 3)
+				c.warmUp(t)
+				if tc.noPubSub {
+					for _, nd := range c.nodes {
+						nd.FailIf(func(cmd string, _ []string) bool { return cmd == "SUBSCRIBE" })
+					}
+				}
+				var opts []redlock.Option
+				if tc.opt != nil {
+					opts = append(opts, tc.opt)
+				}
+				other := c.secondClient(t, opts...)
+				c.holdElsewhere(t, "job", 3*time.Second, 0, 1, 2)
+				var (
+					mu    sync.Mutex
+					times []time.Time
+				)
+				c.nodes[1].FailIf(func(cmd string, args []string) bool {
+					if isScript("acquire", cmd, args) {
+						mu.Lock()
+						times = append(times, time.Now())
+						mu.Unlock()
+					}
+					return false
+				})
+				start := time.Now()
+				l, err := other.Acquire(ctx, "job", time.Minute)
+				require.NoError(t, err)
+				took := time.Since(start)
+				require.GreaterOrEqual(t, took, 3*time.Second)
+				require.LessOrEqual(t, took, 3*time.Second+tc.max, "the key expired at 3 s")
+				mu.Lock()
+				defer mu.Unlock()
+				// Node 1 may miss the last attempt's call: the vote is
+				// decided without it.
+				require.GreaterOrEqual(t, len(times), l.Attempts()-1)
+				var short int
+				for i := 1; i < len(times); i++ {
+					gap := times[i].Sub(times[i-1])
+					require.LessOrEqual(t, gap, tc.max, "gap %d", i)
+					if gap < tc.min {
+						short++
+					}
+				}
+				if tc.noPubSub {
+					require.NotZero(t, short, "the policy's first delays are short (up to 10, 20, 40 ms)")
+				} else {
+					require.Zero(t, short, "gaps shorter than %v (of %d)", tc.min, len(times)-1)
+				}
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}
+
+// Subscriptions end with the waits: many keys, each waited for and
+// released, leave nothing subscribed and no per-key state.
+func TestAcquire_ReleaseSubscriptionsDoNotAccumulate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		for i := range 300 {
+			key := fmt.Sprintf("job-%d", i)
+			held, err := c.rl.TryAcquire(ctx, key, time.Minute)
+			require.NoError(t, err)
+			got := make(chan *redlock.Lock)
+			go func() {
+				l, err := other.Acquire(ctx, key, time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			require.NoError(t, held.Release(ctx))
+			l := <-got
+			require.Equal(t, 2, l.Attempts(), key)
+			require.NoError(t, l.Release(ctx))
+		}
+		synctest.Wait()
+		waiters, subs := redlock.NotifyState(other)
+		require.Zero(t, waiters)
+		require.Zero(t, subs)
+		for _, nd := range c.nodes {
+			require.Empty(t, nd.m.PubSubChannels(""), "channels still subscribed on %s", nd.addr)
+		}
+	})
+}
+
+// A key's glob characters are matched literally: the release of "job*"
+// does not tell the waiter of "jobX".
+func TestAcquire_ReleaseOfGlobKeyWakesOnlyItsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		glob, err := c.rl.TryAcquire(ctx, "job*", time.Minute)
+		require.NoError(t, err)
+		plain, err := c.rl.TryAcquire(ctx, "jobX", time.Minute)
+		require.NoError(t, err)
+		start := time.Now()
+		got := make(chan string, 1)
+		go func() {
+			l, err := other.Acquire(ctx, "jobX", time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- fmt.Sprintf("%v/%d", time.Since(start), l.Attempts())
+			_ = l.Release(ctx)
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, glob.Release(ctx))
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numWaiting("jobX"), "still waiting")
+		time.Sleep(time.Second)
+		require.NoError(t, plain.Release(ctx))
+		require.Equal(t, "2s/2", <-got)
+	})
+}
+
+// Close wakes a waiting Acquire (ErrClosed) and ends the pub/sub
+// connections and their goroutines (the bubble would not end otherwise;
+// TestMain checks goroutines with goleak).
+func TestClose_EndsWaitsAndSubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		c.holdElsewhere(t, "job", time.Minute, 0, 1, 2)
+		other := c.secondClient(t, longWait)
+		start := time.Now()
+		done := make(chan error)
+		go func() {
+			_, err := other.Acquire(ctx, "job", time.Minute)
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numWaiting("job"))
+		require.NoError(t, other.Close())
+		require.ErrorIs(t, <-done, redlock.ErrClosed)
+		require.Equal(t, time.Second, time.Since(start))
+		synctest.Wait()
+		require.Equal(t, []int{0, 0, 0}, c.numWaiting("job"))
+	})
+}
+
+// On real redis-server (Lua PUBSUB CHANNELS and PUBLISH inside a script, a
+// Client from Dial): a waiter with a one-minute retry delay acquires right
+// after the release, on its second attempt. Real time: it asserts the
+// attempt count, and the context's 30 s cut-off would fail it otherwise.
+func TestRealRedis_WaiterWokenByRelease(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held, err := rc.rl.TryAcquire(ctx, "report[1]", time.Minute)
+	require.NoError(t, err)
+	other, err := redlock.Dial(rc.rl.Nodes(), redlock.WithRetry(redlock.LinearRetry(time.Minute, 0, 0)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, other.Close()) }()
+	got := make(chan error, 1)
+	var l *redlock.Lock
+	go func() {
+		var err error
+		l, err = other.Acquire(ctx, "report[1]", time.Minute)
+		got <- err
+	}()
+	waiting := func(want int) func() bool {
+		return func() bool {
+			for _, p := range rc.plain {
+				if n := len(p.PubSubChannels(ctx, redlock.WaitPattern(`report\[1\]`)).Val()); n != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// Release once the waiter has subscribed on every node.
+	require.Eventually(t, waiting(1), 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+	require.Equal(t, 2, l.Attempts())
+	require.NoError(t, l.Release(ctx))
+	require.Eventually(t, waiting(0), 20*time.Second, 10*time.Millisecond, "unsubscribed after the wait")
+}
+
+// A test node's subscriber that does not read (go-redis's pub/sub reader
+// sleeps 100 ms after a failed read) stops no bubble's clock while messages
+// are published to it. On a bare net.Pipe, miniredis's reply write blocks
+// holding the connection's mutex, the publish goroutine waits on that mutex
+// (not durably blocked), and fake time stops: this test, and
+// TestLockInvariants, hung.
+func TestTestNode_SubscriberThatDoesNotReadStopsNoClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 1)
+		nd := c.nodes[0]
+		conn, err := nd.dial()
+		require.NoError(t, err)
+		defer func() { _ = conn.Close() }()
+		_, err = conn.Write([]byte("*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n"))
+		require.NoError(t, err)
+		synctest.Wait() // subscribed; the reply is never read
+		for range 3 {
+			n, err := nd.rc.Publish(ctx, "ch", "released").Result()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n, "one subscriber")
+		}
+		start := time.Now()
+		time.Sleep(time.Second)
+		require.Equal(t, time.Second, time.Since(start))
+	})
+}
