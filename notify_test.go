@@ -517,3 +517,40 @@ func TestTestNode_SubscriberThatDoesNotReadStopsNoClock(t *testing.T) {
 		require.Equal(t, time.Second, time.Since(start))
 	})
 }
+
+// A user whose ACL denies pub/sub (-@pubsub: a deployment that granted
+// the commands the release used before the wake-up) still releases: the
+// wake-up is a hint, so the release scripts' PUBSUB and PUBLISH must not
+// turn a delete that applied into a failed node. Before the fix every
+// node's script raised the ACL error after its DEL, and Release reported
+// no quorum for a lock whose keys were gone.
+func TestRealRedis_ReleaseWithPubSubDeniedByACL(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	urls := make([]string, len(rc.servers))
+	for i, p := range rc.plain {
+		require.NoError(t, p.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@pubsub").Err())
+		urls[i] = "redis://app:pw@" + rc.servers[i].Addr()
+	}
+	rl, err := redlock.Dial(urls, redlock.WithRetry(redlock.LinearRetry(50*time.Millisecond, 0, 0)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rl.Close()) }()
+
+	l, err := rl.TryAcquire(ctx, "acl-job", time.Minute)
+	require.NoError(t, err)
+	// A waiter: its SUBSCRIBE is denied too, so it falls back to its retry
+	// delay, and the release's wake-up finds no channel of it.
+	got := make(chan error, 1)
+	go func() {
+		l2, err := rl.Acquire(ctx, "acl-job", time.Minute)
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, l.Release(ctx), "the keys were deleted: Release must say so")
+	require.NoError(t, <-got, "the waiter acquires by its retry delay, and releases")
+	rc.requireReleased(t, "acl-job")
+}
