@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
@@ -553,4 +554,53 @@ func TestRealRedis_ReleaseWithPubSubDeniedByACL(t *testing.T) {
 	require.NoError(t, l.Release(ctx), "the keys were deleted: Release must say so")
 	require.NoError(t, <-got, "the waiter acquires by its retry delay, and releases")
 	rc.requireReleased(t, "acl-job")
+}
+
+// A release wakes the waiter of its own key only, whatever glob characters
+// the key holds (Redis's PUBSUB CHANNELS pattern: * ? [ ] and \ are escaped
+// in the release scripts). Real redis-server, whose glob matching is the
+// one that counts: one plain subscriber per key, on the channel a waiter of
+// that key would have; each key is acquired and released in turn, and only
+// its own subscriber may get the message, on a majority of nodes.
+// TestAcquire_ReleaseOfGlobKeyWakesOnlyItsWaiters covers '*' alone.
+func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := []string{`a`, `a*`, `a?`, `a[b]`, `ab`, `a\`, `a\*`, `a\\`, `[a-z]`, `a]`, `a[`, `{tag}a`, `a^`, `*`, `?`, `\`}
+	ticket := strings.Repeat("0", 24) // the same ticket for all: only the key part may tell them apart
+	var subs []*redis.PubSub
+	for _, p := range rc.plain {
+		chs := make([]string, len(names))
+		for i, name := range names {
+			chs[i] = "redlock:wait:" + ticket + ":" + name
+		}
+		ps := p.Subscribe(ctx, chs...)
+		defer ps.Close()
+		for range chs {
+			_, err := ps.Receive(ctx) // the subscription confirmations
+			require.NoError(t, err)
+		}
+		subs = append(subs, ps)
+	}
+	for _, name := range names {
+		l, err := rc.rl.TryAcquire(ctx, name, time.Minute)
+		require.NoError(t, err, name)
+		require.NoError(t, l.Release(ctx), name)
+		rc.requireReleased(t, name) // every node ran its release script
+		got := 0
+		for i, ps := range subs {
+			rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			m, err := ps.Receive(rctx)
+			rcancel()
+			if err != nil {
+				continue // no message on this node
+			}
+			msg, ok := m.(*redis.Message)
+			require.True(t, ok, "%T", m)
+			require.Equal(t, "redlock:wait:"+ticket+":"+name, msg.Channel, "node %d: a release of %q told another key's waiter", i, name)
+			got++
+		}
+		require.GreaterOrEqual(t, got, 3, "a release of %q told its waiter on a majority", name)
+	}
 }
