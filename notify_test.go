@@ -604,3 +604,37 @@ func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
 		require.GreaterOrEqual(t, got, 3, "a release of %q told its waiter on a majority", name)
 	}
 }
+
+// A Client that once waited keeps a pub/sub connection per node; when a
+// node goes away its reader reconnects with a growing pause, not every
+// 100 ms forever: a fleet of Clients would otherwise greet a node coming
+// back with ten dials a second each, whether anybody waits or not. Over a
+// minute of fake time with nobody waiting, the down node is dialed a few
+// times (the pause doubles from 100 ms up to 5 s: about 17 dials), not the
+// ~600 times a fixed 100 ms pause makes.
+func TestAcquire_DownNodeNotRedialedEvery100ms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		other := c.secondClient(t, redlock.WithRetry(redlock.LinearRetry(100*time.Millisecond, 0, 0)))
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = other.Acquire(wctx, "job", time.Minute) // waits: opens the pub/sub connections
+		cancel()
+		require.Error(t, err)
+		require.NoError(t, held.Release(ctx))
+		synctest.Wait()
+
+		down := c.nodes[2]
+		down.Refuse()
+		before := down.dials.Load()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		dials := down.dials.Load() - before
+		require.Positive(t, dials, "the reader reconnects")
+		require.LessOrEqual(t, dials, int64(30), "dials of a down node in a minute with nobody waiting")
+		down.Revive(t)
+	})
+}
