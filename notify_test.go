@@ -638,3 +638,56 @@ func TestAcquire_DownNodeNotRedialedEvery100ms(t *testing.T) {
 		down.Revive(t)
 	})
 }
+
+// A forged wake-up (the same message published to a waiter's channel on
+// every node while the key is still held) costs the waiter one attempt,
+// no more: the attempt fails, and the waiter sleeps its retry delay again
+// until the real release wakes it. Catches a waiter that stays "woken"
+// after its attempt (it would then retry without any delay, in a loop,
+// until the key is free).
+func TestAcquire_ForgedWakeUpCostsOneAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		// A waiter that retries in a loop stops no fake clock of the
+		// bubble's: its tenth attempt ends its Acquire, so the test fails
+		// rather than hangs.
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		var attempts atomic.Int32
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			if isScript("acquire", cmd, args) && attempts.Add(1) >= 10 {
+				stop()
+			}
+			return false
+		})
+		got := make(chan *redlock.Lock, 1)
+		go func() {
+			l, err := other.Acquire(wctx, "job", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numWaiting("job"))
+		for i, nd := range c.nodes {
+			chs := c.waitChannels(i, "job")
+			require.Len(t, chs, 1)
+			nd.m.Publish(chs[0], "forged")
+		}
+		time.Sleep(5 * time.Second) // well within the 10 s retry delay
+		synctest.Wait()
+		require.True(t, held.Validity() > 0, "the forged message took nothing from the holder")
+		require.NoError(t, held.Release(ctx))
+		l := <-got
+		require.NotNil(t, l)
+		require.Equal(t, 3, l.Attempts(), "the first attempt, the forged wake-up's, the release's")
+		require.NoError(t, l.Release(ctx))
+	})
+}
