@@ -691,3 +691,36 @@ func TestAcquire_ForgedWakeUpCostsOneAttempt(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	})
 }
+
+// The releaser lets a woken waiter go first for handoffWindow (50 ms) only:
+// a second later, with the waiter come and gone, its Acquire tries at once
+// instead of waiting its retry delay (10 s here) behind nobody.
+func TestAcquire_ReleaserYieldsOnlyWithinHandoffWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			l, err := other.Acquire(ctx, "job", time.Minute)
+			if err == nil {
+				err = l.Release(ctx) // nobody waits: wakes nobody
+			}
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, held.Release(ctx)) // wakes the waiter: a hand-off
+		require.NoError(t, <-done)
+		time.Sleep(time.Second)
+		start := time.Now()
+		l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(0), time.Since(start), "no yield a second after the hand-off")
+		require.Equal(t, 1, l.Attempts())
+		require.NoError(t, l.Release(ctx))
+	})
+}
