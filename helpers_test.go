@@ -32,6 +32,7 @@ type testNode struct {
 	addr string // a literal IP:port: names the node, never dialed
 
 	refused atomic.Bool
+	dials   atomic.Int64   // dial calls, refused ones included
 	srvMu   sync.Mutex     // orders dial's ServeConn against Refuse's Close
 	srv     *server.Server // nil while refused; srvMu
 	mu      sync.Mutex
@@ -186,6 +187,7 @@ func (n *testNode) start(t testTB) {
 // buffers what the server writes (see serverConn), or errRefused while the
 // node is refused.
 func (n *testNode) dial() (net.Conn, error) {
+	n.dials.Add(1)
 	if n.refused.Load() {
 		return nil, errRefused
 	}

@@ -254,8 +254,15 @@ func (n *notifier) run(ns *nodeSub) {
 }
 
 // receiveBackoff is how long receive waits after a failed read before it
-// reads again (go-redis then reconnects and subscribes again).
-const receiveBackoff = 100 * time.Millisecond
+// reads again (go-redis then reconnects and subscribes again); the pause
+// doubles with each failure in a row up to receiveBackoffMax, so that a
+// node that is down is not dialed ten times a second by every Client that
+// once waited, whether anybody waits or not. A waiter loses nothing it
+// needs meanwhile: its retry policy's delay bounds every wait.
+const (
+	receiveBackoff    = 100 * time.Millisecond
+	receiveBackoffMax = 5 * time.Second
+)
 
 // receive is a node's goroutine that reads the node's pub/sub connection:
 // release messages and subscription confirmations. It reads directly
@@ -263,16 +270,21 @@ const receiveBackoff = 100 * time.Millisecond
 // a goroutine hop to every wake-up. It ends once close closed the PubSub.
 func (n *notifier) receive(ns *nodeSub) {
 	defer n.wg.Done()
+	backoff := receiveBackoff
 	for {
 		m, err := ns.ps.Receive(context.Background())
 		if err != nil {
+			t := time.NewTimer(backoff)
 			select {
 			case <-n.done:
+				t.Stop()
 				return
-			case <-time.After(receiveBackoff):
+			case <-t.C:
 			}
+			backoff = min(2*backoff, receiveBackoffMax)
 			continue
 		}
+		backoff = receiveBackoff
 		switch m := m.(type) {
 		case *redis.Message:
 			n.deliver(ns.idx, m.Channel, m.Payload)

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
@@ -515,5 +516,214 @@ func TestTestNode_SubscriberThatDoesNotReadStopsNoClock(t *testing.T) {
 		start := time.Now()
 		time.Sleep(time.Second)
 		require.Equal(t, time.Second, time.Since(start))
+	})
+}
+
+// A user whose ACL denies pub/sub (-@pubsub: a deployment that granted
+// the commands the release used before the wake-up) still releases: the
+// wake-up is a hint, so the release scripts' PUBSUB and PUBLISH must not
+// turn a delete that applied into a failed node. Before the fix every
+// node's script raised the ACL error after its DEL, and Release reported
+// no quorum for a lock whose keys were gone.
+func TestRealRedis_ReleaseWithPubSubDeniedByACL(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	urls := make([]string, len(rc.servers))
+	for i, p := range rc.plain {
+		require.NoError(t, p.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@pubsub").Err())
+		urls[i] = "redis://app:pw@" + rc.servers[i].Addr()
+	}
+	rl, err := redlock.Dial(urls, redlock.WithRetry(redlock.LinearRetry(50*time.Millisecond, 0, 0)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rl.Close()) }()
+
+	l, err := rl.TryAcquire(ctx, "acl-job", time.Minute)
+	require.NoError(t, err)
+	// A waiter: its SUBSCRIBE is denied too, so it falls back to its retry
+	// delay, and the release's wake-up finds no channel of it.
+	got := make(chan error, 1)
+	go func() {
+		l2, err := rl.Acquire(ctx, "acl-job", time.Minute)
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, l.Release(ctx), "the keys were deleted: Release must say so")
+	require.NoError(t, <-got, "the waiter acquires by its retry delay, and releases")
+	require.NoError(t, rl.Close()) // waits for the stragglers' deletes
+	rc.requireNoKey(t, "acl-job")
+}
+
+// A release wakes the waiter of its own key only, whatever glob characters
+// the key holds (Redis's PUBSUB CHANNELS pattern: * ? [ ] and \ are escaped
+// in the release scripts). Real redis-server, whose glob matching is the
+// one that counts: one plain subscriber per key, on the channel a waiter of
+// that key would have; each key is acquired and released in turn, and only
+// its own subscriber may get the message, on a majority of nodes.
+// TestAcquire_ReleaseOfGlobKeyWakesOnlyItsWaiters covers '*' alone.
+func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := []string{`a`, `a*`, `a?`, `a[b]`, `ab`, `a\`, `a\*`, `a\\`, `[a-z]`, `a]`, `a[`, `{tag}a`, `a^`, `*`, `?`, `\`}
+	ticket := strings.Repeat("0", 24) // the same ticket for all: only the key part may tell them apart
+	var subs []*redis.PubSub
+	for _, p := range rc.plain {
+		chs := make([]string, len(names))
+		for i, name := range names {
+			chs[i] = "redlock:wait:" + ticket + ":" + name
+		}
+		ps := p.Subscribe(ctx, chs...)
+		defer ps.Close()
+		for range chs {
+			_, err := ps.Receive(ctx) // the subscription confirmations
+			require.NoError(t, err)
+		}
+		subs = append(subs, ps)
+	}
+	for _, name := range names {
+		l, err := rc.rl.TryAcquire(ctx, name, time.Minute)
+		require.NoError(t, err, name)
+		require.NoError(t, l.Release(ctx), name)
+		// Every node granted (nobody else wants the key), so every node's
+		// release script deletes it and publishes, a straggler's once its
+		// grant has come: wait for each node's message.
+		got := 0
+		for i, ps := range subs {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			m, err := ps.Receive(rctx)
+			rcancel()
+			if err != nil {
+				continue // no message on this node
+			}
+			msg, ok := m.(*redis.Message)
+			require.True(t, ok, "%T", m)
+			require.Equal(t, "redlock:wait:"+ticket+":"+name, msg.Channel, "node %d: a release of %q told another key's waiter", i, name)
+			got++
+		}
+		require.Equal(t, len(subs), got, "a release of %q told its waiter on every node", name)
+	}
+}
+
+// A Client that once waited keeps a pub/sub connection per node; when a
+// node goes away its reader reconnects with a growing pause, not every
+// 100 ms forever: a fleet of Clients would otherwise greet a node coming
+// back with ten dials a second each, whether anybody waits or not. Over a
+// minute of fake time with nobody waiting, the down node is dialed a few
+// times (the pause doubles from 100 ms up to 5 s: about 17 dials), not the
+// ~600 times a fixed 100 ms pause makes.
+func TestAcquire_DownNodeNotRedialedEvery100ms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		other := c.secondClient(t, redlock.WithRetry(redlock.LinearRetry(100*time.Millisecond, 0, 0)))
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = other.Acquire(wctx, "job", time.Minute) // waits: opens the pub/sub connections
+		cancel()
+		require.Error(t, err)
+		require.NoError(t, held.Release(ctx))
+		synctest.Wait()
+
+		down := c.nodes[2]
+		down.Refuse()
+		before := down.dials.Load()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		dials := down.dials.Load() - before
+		require.Positive(t, dials, "the reader reconnects")
+		require.LessOrEqual(t, dials, int64(30), "dials of a down node in a minute with nobody waiting")
+		down.Revive(t)
+	})
+}
+
+// A forged wake-up (the same message published to a waiter's channel on
+// every node while the key is still held) costs the waiter one attempt,
+// no more: the attempt fails, and the waiter sleeps its retry delay again
+// until the real release wakes it. Catches a waiter that stays "woken"
+// after its attempt (it would then retry without any delay, in a loop,
+// until the key is free).
+func TestAcquire_ForgedWakeUpCostsOneAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		// A waiter that retries in a loop stops no fake clock of the
+		// bubble's: its tenth attempt ends its Acquire, so the test fails
+		// rather than hangs.
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		var attempts atomic.Int32
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			if isScript("acquire", cmd, args) && attempts.Add(1) >= 10 {
+				stop()
+			}
+			return false
+		})
+		got := make(chan *redlock.Lock, 1)
+		go func() {
+			l, err := other.Acquire(wctx, "job", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, []int{1, 1, 1}, c.numWaiting("job"))
+		for i, nd := range c.nodes {
+			chs := c.waitChannels(i, "job")
+			require.Len(t, chs, 1)
+			nd.m.Publish(chs[0], "forged")
+		}
+		time.Sleep(5 * time.Second) // well within the 10 s retry delay
+		synctest.Wait()
+		require.True(t, held.Validity() > 0, "the forged message took nothing from the holder")
+		require.NoError(t, held.Release(ctx))
+		l := <-got
+		require.NotNil(t, l)
+		require.Equal(t, 3, l.Attempts(), "the first attempt, the forged wake-up's, the release's")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// The releaser lets a woken waiter go first for handoffWindow (50 ms) only:
+// a second later, with the waiter come and gone, its Acquire tries at once
+// instead of waiting its retry delay (10 s here) behind nobody.
+func TestAcquire_ReleaserYieldsOnlyWithinHandoffWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		other := c.secondClient(t, longWait)
+		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			l, err := other.Acquire(ctx, "job", time.Minute)
+			if err == nil {
+				err = l.Release(ctx) // nobody waits: wakes nobody
+			}
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, held.Release(ctx)) // wakes the waiter: a hand-off
+		require.NoError(t, <-done)
+		time.Sleep(time.Second)
+		start := time.Now()
+		l, err := c.rl.Acquire(ctx, "job", time.Minute, longWait)
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(0), time.Since(start), "no yield a second after the hand-off")
+		require.Equal(t, 1, l.Attempts())
+		require.NoError(t, l.Release(ctx))
 	})
 }
