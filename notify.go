@@ -40,6 +40,20 @@ func waitChannel(ticket, name string) string {
 	return waitChannelPrefix + ticket + ":" + name
 }
 
+// waitingChannelPrefix starts the name of a key's presence channel.
+const waitingChannelPrefix = "redlock:waiting:"
+
+// waitingChannel names the presence channel of lock key name:
+// "redlock:waiting:<name>". A Client with waiters of the key subscribes to it
+// on every node, next to its waiters' own channels, and nothing is ever
+// published to it: the release scripts ask PUBSUB NUMSUB for it (one
+// lookup, whatever else is subscribed on the node) and list the waiters'
+// channels (PUBSUB CHANNELS, which walks every channel of the node) only
+// when some Client waits for this key.
+func waitingChannel(name string) string {
+	return waitingChannelPrefix + name
+}
+
 func newTicket() string {
 	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
 }
@@ -117,8 +131,9 @@ type nodeSub struct {
 // lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay
 // only.
 type lockWaiter struct {
-	n  *notifier
-	ch string
+	n        *notifier
+	ch       string
+	presence string // the key's presence channel (waitingChannel)
 	// The fields below are guarded by n.mu.
 	listed     bool   // in n.waiters: wants to be told
 	subscribed []bool // by node: SUBSCRIBE confirmed since it was listed
@@ -178,7 +193,7 @@ func (n *notifier) join(name string) *lockWaiter {
 	if len(n.subs) == 0 {
 		return nil
 	}
-	w := &lockWaiter{n: n, ch: waitChannel(newTicket(), name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	w := &lockWaiter{n: n, ch: waitChannel(newTicket(), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
 	n.list(w)
 	return w
 }
@@ -296,19 +311,25 @@ func (n *notifier) receive(ns *nodeSub) {
 	}
 }
 
-// reconcile subscribes the node to the listed waiters' channels it lacks,
-// and unsubscribes it from the others.
+// reconcile subscribes the node to the listed waiters' channels and their
+// keys' presence channels it lacks, and unsubscribes it from the others. A
+// waiter's channel and its key's presence channel are sent in one
+// SUBSCRIBE, so no release sees the one without the other.
 func (n *notifier) reconcile(ns *nodeSub) {
 	var add, drop []string
 	n.mu.Lock()
-	for ch := range n.waiters {
+	want := make(map[string]bool, 2*len(n.waiters))
+	for ch, w := range n.waiters {
+		want[ch], want[w.presence] = true, true
+	}
+	for ch := range want {
 		if !ns.have[ch] {
 			add = append(add, ch)
 			ns.have[ch] = true
 		}
 	}
 	for ch := range ns.have {
-		if n.waiters[ch] == nil {
+		if !want[ch] {
 			drop = append(drop, ch)
 			delete(ns.have, ch)
 		}

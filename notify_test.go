@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
@@ -562,7 +564,9 @@ func TestRealRedis_ReleaseWithPubSubDeniedByACL(t *testing.T) {
 // in the release scripts). Real redis-server, whose glob matching is the
 // one that counts: one plain subscriber per key, on the channel a waiter of
 // that key would have; each key is acquired and released in turn, and only
-// its own subscriber may get the message, on a majority of nodes.
+// its own subscriber may get the message, on a majority of nodes. (Each
+// subscriber also holds its key's presence channel: the release looks for
+// waiters only when some Client waits for the key.)
 // TestAcquire_ReleaseOfGlobKeyWakesOnlyItsWaiters covers '*' alone.
 func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
 	rc := startRealCluster(t)
@@ -572,9 +576,11 @@ func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
 	ticket := strings.Repeat("0", 24) // the same ticket for all: only the key part may tell them apart
 	var subs []*redis.PubSub
 	for _, p := range rc.plain {
-		chs := make([]string, len(names))
-		for i, name := range names {
-			chs[i] = "redlock:wait:" + ticket + ":" + name
+		var chs []string
+		for _, name := range names {
+			// A waiter's channel and its key's presence channel, as a
+			// waiting Client subscribes them.
+			chs = append(chs, "redlock:wait:"+ticket+":"+name, "redlock:waiting:"+name)
 		}
 		ps := p.Subscribe(ctx, chs...)
 		defer ps.Close()
@@ -726,4 +732,59 @@ func TestAcquire_ReleaserYieldsOnlyWithinHandoffWindow(t *testing.T) {
 		require.Equal(t, 1, l.Attempts())
 		require.NoError(t, l.Release(ctx))
 	})
+}
+
+// A release walks the node's pub/sub channels (PUBSUB CHANNELS, whose cost
+// grows with every channel on the node, other applications' included) only
+// when some Client waits for the key: a release nobody waits for asks one
+// PUBSUB NUMSUB of the key's presence channel and stops. Real redis-server,
+// counted with INFO commandstats, which counts the commands a script runs.
+func TestRealRedis_ReleaseWalksChannelsOnlyWhenSomebodyWaits(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	calls := func(cmd string) int {
+		info, err := rc.plain[0].Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return 0
+	}
+	release := func(key string) {
+		t.Helper()
+		l, err := rc.rl.TryAcquire(ctx, key, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, rc.rl.Close()) // the deletes on every node are done
+	}
+
+	before, numsub := calls("pubsub|channels"), calls("pubsub|numsub")
+	release("report")
+	assert.Equal(t, before, calls("pubsub|channels"), "nobody waits: no walk of the channels")
+	assert.Greater(t, calls("pubsub|numsub"), numsub, "the presence check ran")
+
+	ps := rc.plain[0].Subscribe(ctx, "redlock:waiting:other") // a waiter of another key
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	require.NoError(t, err)
+	rl, err := redlock.Dial([]string{"redis://" + rc.servers[0].Addr()})
+	require.NoError(t, err)
+	rc.rl = rl
+	release("report")
+	assert.Equal(t, before, calls("pubsub|channels"), "another key's waiter: still no walk")
+
+	ps2 := rc.plain[0].Subscribe(ctx, "redlock:waiting:report") // a waiter of this key
+	defer ps2.Close()
+	_, err = ps2.Receive(ctx)
+	require.NoError(t, err)
+	rl, err = redlock.Dial([]string{"redis://" + rc.servers[0].Addr()})
+	require.NoError(t, err)
+	rc.rl = rl
+	release("report")
+	assert.Equal(t, before+1, calls("pubsub|channels"), "somebody waits for the key: one walk")
 }
