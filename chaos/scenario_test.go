@@ -327,3 +327,27 @@ func TestJudge_NoAcquisitionNamesTheCommonestFailure(t *testing.T) {
 	_, notes = judge(s, Report{}, trialResult{})
 	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (no call failed before the trial ended; calls the end cut short are not counted)"}, notes)
 }
+
+// With the amnesia guard on, connect returns only once every node vouched
+// for the workload key's epoch: here node 4's requests arrive 150 ms late,
+// so the warm-up's vouching of node 4 lands after its Release returned; the
+// trial's deletion of the lock key must not come first, or node 4's votes
+// stay quarantined for the whole trial (CI saw such a trial get no
+// acquisition at all).
+func TestConnect_GuardedKeyTrustedOnEveryNode(t *testing.T) {
+	c := newTestCluster(t, ClusterOptions{Nodes: 5})
+	c.Node(4).DelayRequests(150 * time.Millisecond)
+	w := Workload{Clients: 1, TTL: time.Second, Quarantine: time.Minute}
+	ctx := tctx(t, 20*time.Second)
+	clients, err := w.connect(ctx, [][]string{c.Addrs()}, nil)
+	require.NoError(t, err)
+	defer closeClients(clients)
+	require.NoError(t, c.deleteKey(ctx, w.key()))
+	c.Node(4).DelayRequests(0)
+	time.Sleep(300 * time.Millisecond) // anything still on its way lands
+	states, err := clients[0].Inspect(ctx, w.key())
+	require.NoError(t, err)
+	for i, st := range states {
+		assert.True(t, st.Trusted, "node %d: %+v", i, st)
+	}
+}

@@ -122,11 +122,11 @@ type client struct {
 // lock, not the first dials (a dial must fit in the per-node timeout, and
 // go-redis pauses dialing a node for a second after repeated dial failures).
 // Client 0 warms up on the workload's key itself, retrying for up to 10 s
-// (an error if it cannot): the key then has a history on a majority of the
-// nodes at least (a fencing counter, and with the amnesia guard a trusted
-// epoch), as a key in production use would; the trial then deletes the lock
-// key itself (not its history) on every node, so that a release that failed
-// to delete it (a mutant) does not block the trial. Call it before any fault
+// (an error if it cannot): the key then has a history on the nodes (a
+// fencing counter, and with the amnesia guard a trusted epoch on every node:
+// giveHistory), as a key in production use would; the trial then deletes
+// the lock key itself (not its history) on every node, so that a release
+// that failed to delete it (a mutant) does not block the trial. Call it before any fault
 // is applied.
 func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant) ([]client, error) {
 	if w.Clients < 1 {
@@ -170,7 +170,7 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 	for i, c := range clients {
 		wg.Go(func() {
 			if i == 0 {
-				historyErr = warmUp(ctx, c, w.key(), 10*time.Second)
+				historyErr = w.giveHistory(ctx, c)
 				return
 			}
 			_ = warmUp(ctx, c, fmt.Sprintf("%s:warmup:%d", w.key(), i), 0)
@@ -182,6 +182,44 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 		return nil, fmt.Errorf("chaos: the workload's key has no history on the nodes: %w", historyErr)
 	}
 	return clients, nil
+}
+
+// giveHistory warms client c up on the workload's key (warmUp, retrying for
+// up to 10 s) and, with the amnesia guard on, waits until every node reports
+// the key's epoch trusted. A node whose grant answered after the warm-up's
+// vote is vouched for by the warm-up's Release only where it still finds the
+// key, and the trial deletes the lock key right after connect: without the
+// wait, that node's epoch could stay unvouched, its votes quarantined for the
+// whole trial, and a holder that needs it would never acquire.
+func (w Workload) giveHistory(ctx context.Context, c client) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := warmUp(ctx, c, w.key(), 10*time.Second); err != nil {
+		return err
+	}
+	if w.Quarantine <= 0 {
+		return nil
+	}
+	for {
+		states, err := c.Inspect(ctx, w.key())
+		if err != nil {
+			return err
+		}
+		untrusted := 0
+		for _, st := range states {
+			if !st.Trusted {
+				untrusted++
+			}
+		}
+		if untrusted == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d nodes never vouched for the key's epoch: %w", untrusted, len(states), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // warmUp acquires and releases key once, with a long per-node timeout (the
