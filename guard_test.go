@@ -400,10 +400,7 @@ func TestAmnesiaGuard_ContendedFirstUsesRecoverAtOnce(t *testing.T) {
 				assert.NoError(t, l.Release(ctx))
 			}
 		}
-		// So many refused dials start go-redis's background re-dial loop,
-		// which ends within a second of the client's Close.
-		_ = c.nodes[2].rc.Close()
-		time.Sleep(2 * time.Second)
+		c.endRedials(2)
 	})
 }
 
@@ -504,8 +501,7 @@ func TestAmnesiaGuard_EmptiedAndTimedOutMajorityLooksBrandNew(t *testing.T) {
 		assert.Positive(t, a.Validity())
 		assert.Positive(t, l.Validity())
 		c.nodes[2].SlowScripts(0, "acquire")
-		_ = c.nodes[1].rc.Close() // ends go-redis's re-dial loop
-		time.Sleep(2 * time.Second)
+		c.endRedials(1)
 	})
 }
 
@@ -529,10 +525,7 @@ func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
 		assert.Equal(t, []redlock.Outcome{redlock.OutcomeGranted, redlock.OutcomeUnreachable, redlock.OutcomeGranted}, outcomes(l.Nodes()))
 		assert.Positive(t, a.Validity())
 		assert.Positive(t, l.Validity())
-		// Refused dials start go-redis's re-dial loop, which ends within a
-		// second of the client's Close.
-		_ = c.nodes[1].rc.Close()
-		time.Sleep(2 * time.Second)
+		c.endRedials(1)
 	})
 }
 
@@ -572,8 +565,7 @@ func TestAmnesiaGuard_FirstUseWithALateGrantRecoversAtOnce(t *testing.T) {
 		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err, "a free key must be acquired at once")
 		require.NoError(t, l.Release(ctx))
-		_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
-		time.Sleep(2 * time.Second)
+		c.endRedials(2)
 	})
 }
 
@@ -598,12 +590,7 @@ func TestAmnesiaGuard_FailedAttemptsLeaveNoUnvouchedEpoch(t *testing.T) {
 			for _, i := range rapid.Permutation(seq(n)).Draw(rt, "order")[:down] {
 				c.nodes[i].Refuse()
 			}
-			rt.Cleanup(func() {
-				for _, nd := range c.nodes {
-					_ = nd.rc.Close() // ends go-redis's re-dial loops
-				}
-				time.Sleep(2 * time.Second)
-			})
+			rt.Cleanup(func() { c.endRedials(seq(n)...) })
 			delays := []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond}
 			for round := range rapid.IntRange(1, 4).Draw(rt, "rounds") {
 				for i, nd := range c.nodes {
@@ -668,8 +655,7 @@ func TestAmnesiaGuard_FailedAttemptsDoNotProlongAQuarantine(t *testing.T) {
 		require.NoError(t, err, "one quarantine after node 1's epoch was created, its vote counts")
 		assert.Greater(t, l.Token(), first.Token())
 		require.NoError(t, l.Release(ctx))
-		_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
-		time.Sleep(2 * time.Second)
+		c.endRedials(2)
 	})
 }
 

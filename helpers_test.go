@@ -350,6 +350,17 @@ func (c *cluster) warmUp(t testTB) {
 	synctest.Wait()
 }
 
+// endRedials closes the go-redis clients of the given nodes and waits for
+// their background re-dial loops to end: refused dials start such a loop,
+// which ends within a second of the client's Close, and it must end inside
+// the synctest bubble.
+func (c *cluster) endRedials(nodes ...int) {
+	for _, i := range nodes {
+		_ = c.nodes[i].rc.Close()
+	}
+	time.Sleep(2 * time.Second)
+}
+
 // holders returns how many nodes hold key.
 func (c *cluster) holders(key string) int {
 	k := 0

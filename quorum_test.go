@@ -419,8 +419,7 @@ func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
 					assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "void"), "node 1's epoch is left unvouched")
 				}
 				require.NoError(t, rl.Close())
-				_ = c.nodes[2].rc.Close() // ends go-redis's re-dial loop
-				time.Sleep(2 * time.Second)
+				c.endRedials(2)
 			})
 		})
 	}

@@ -173,7 +173,7 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 				historyErr = w.giveHistory(ctx, c)
 				return
 			}
-			_ = warmUp(ctx, c, fmt.Sprintf("%s:warmup:%d", w.key(), i), 0)
+			_ = warmUp(ctx, c, fmt.Sprintf("%s:warmup:%d", w.key(), i), false)
 		})
 	}
 	wg.Wait()
@@ -194,7 +194,7 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 func (w Workload) giveHistory(ctx context.Context, c client) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := warmUp(ctx, c, w.key(), 10*time.Second); err != nil {
+	if err := warmUp(ctx, c, w.key(), true); err != nil {
 		return err
 	}
 	if w.Quarantine <= 0 {
@@ -223,14 +223,12 @@ func (w Workload) giveHistory(ctx context.Context, c client) error {
 }
 
 // warmUp acquires and releases key once, with a long per-node timeout (the
-// first dials must fit in it), retrying for up to wait (0: one attempt).
-func warmUp(ctx context.Context, c client, key string, wait time.Duration) error {
+// first dials must fit in it); with retry it keeps trying until ctx ends,
+// else it makes one attempt.
+func warmUp(ctx context.Context, c client, key string, retry bool) error {
 	opts := []redlock.Option{redlock.WithNodeTimeout(time.Second), redlock.WithFencing(false)}
 	acquire := c.TryAcquire
-	if wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
+	if retry {
 		acquire = c.Acquire
 	}
 	l, err := acquire(ctx, key, 2*time.Second, opts...)
