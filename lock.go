@@ -57,7 +57,8 @@ type lockState struct {
 	// calls says which nodes' acquire calls have returned (their SET has
 	// run, or the call failed), and which of them were never sent. Release
 	// sends node i its delete only once its call returned, so a delete
-	// never overtakes its own SET; a call never sent needs no delete.
+	// never overtakes its own SET; a call never sent needs no delete,
+	// unless an extension put the key on that node since (reput).
 	calls acquireCalls
 	// longestTTL is the longest TTL (ns) the lock's keys were set or
 	// extended with: an Extend never shortens a key, so the keys may live
@@ -91,7 +92,7 @@ func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
 // newLockState is the state of an acquisition on n nodes, none of which
 // has replied yet.
 func newLockState(n int) *lockState {
-	return &lockState{calls: acquireCalls{state: make([]atomic.Uint32, n)}}
+	return &lockState{calls: acquireCalls{state: make([]atomic.Uint32, n), put: make([]atomic.Bool, n)}}
 }
 
 // acquireCalls follows an acquisition's call to each node: running, counted
@@ -100,8 +101,12 @@ func newLockState(n int) *lockState {
 // someone waits for a call to return, rather than a channel per node.
 type acquireCalls struct {
 	state []atomic.Uint32 // callRunning...
-	mu    sync.Mutex
-	wake  chan struct{} // made by a waiter, closed and cleared by the next return
+	// put[i] is set before an extension puts the key back on node i
+	// (reput): whatever the acquire call did there, the node may hold the
+	// key now, so Release must send it a delete.
+	put  []atomic.Bool
+	mu   sync.Mutex
+	wake chan struct{} // made by a waiter, closed and cleared by the next return
 }
 
 // The states of an acquisition's call to one node.
@@ -136,11 +141,14 @@ func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
 }
 
 // returned reports whether node i's call has returned, and if so, whether
-// it was never sent.
+// it was never sent and nothing else may have put the key there since.
 func (ac *acquireCalls) returned(i int) (done, unsent bool) {
 	st := ac.state[i].Load()
-	return st >= callReturned, st == callUnsent
+	return st >= callReturned, st == callUnsent && !ac.put[i].Load()
 }
+
+// markPut records that an extension is about to put the key back on node i.
+func (ac *acquireCalls) markPut(i int) { ac.put[i].Store(true) }
 
 // wait waits until node i's call has returned, and reports whether it was
 // never sent.
@@ -600,6 +608,7 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 		if !gone[n] {
 			return reply{code: codeNotHeld}
 		}
+		l.state.calls.markPut(n.idx) // Release must delete here, whatever the acquire call did
 		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
 		return reply{code: code, err: err}
 	})

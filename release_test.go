@@ -538,6 +538,60 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 	})
 }
 
+// A node the acquisition never asked (its call shed) can still get the key
+// later: an Extend that a majority applies puts it back on the nodes that
+// answered "not held". Release must then delete it there too, not skip the
+// node because its acquire call was never sent. (A clean-clone CI run
+// caught this as a rare interleaving of
+// TestRelease_AfterALongerStragglingExtendLeavesNoKey: a call dropped while
+// it waited for a connection, then put back by the extension.)
+func TestRelease_DeletesWhereAnExtensionPutTheKeyOfAShedCall(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprint("oldHandle=", old), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				nodes := []*testNode{newTestNode(t, 0), newTestNode(t, 1), newTestNode(t, 2)}
+				slow := nodes[2].rc.Options()
+				slow.PoolSize = 1 // at most 1 late call
+				slowRC := redis.NewClient(slow)
+				defer func() { require.NoError(t, slowRC.Close()) }()
+				rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC})
+				require.NoError(t, err)
+				for _, nd := range nodes {
+					require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
+				}
+				nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
+					return isScript("acquire", cmd, args) && args[2] == "busy"
+				})
+				busy, err := rl.TryAcquire(ctx, "busy", ttl10s)
+				require.NoError(t, err)
+				l, err := rl.TryAcquire(ctx, "k", ttl10s)
+				require.NoError(t, err)
+				require.Equal(t, redlock.OutcomePending, l.Nodes()[2].Outcome, "k's call to node 2 was shed")
+				time.Sleep(100 * time.Millisecond) // node 2 is free again
+				require.False(t, nodes[2].Has("k"), "the shed call set nothing")
+				// Node 1 answers the extension last, so the vote hears node
+				// 2's "not held" before it is decided.
+				nodes[1].SlowScripts(10*time.Millisecond, "extend")
+				next, err := l.Extend(ctx, 20*time.Second)
+				require.NoError(t, err)
+				require.Equal(t, redlock.OutcomeGranted, next.Nodes()[2].Outcome, "the extension put k back on node 2")
+				require.True(t, nodes[2].Has("k"))
+				h := next
+				if old {
+					h = l
+				}
+				require.NoError(t, h.Release(ctx))
+				require.NoError(t, busy.Release(ctx))
+				require.NoError(t, rl.Close())
+				for i, nd := range nodes {
+					assert.False(t, nd.Has("k"), "node %d still holds k", i)
+				}
+			})
+		})
+	}
+}
+
 // When every node is that busy (a burst of acquisitions on a small pool),
 // no node lags behind a majority, so nothing is shed: the calls wait for a
 // connection as before, within the per-node timeout.
