@@ -179,7 +179,13 @@ func (b *ballot) count(ctx context.Context) (*tally, <-chan struct{}) {
 		case r := <-b.replies:
 			b.record(ctx, r)
 		case <-b.expired:
-			byClock = true
+			// expired also fires when the last node call has finished
+			// (call cancels the vote's context): then every reply is
+			// queued, and the replies decide the vote, not the clock.
+			for len(b.replies) > 0 && !b.decided() {
+				b.record(ctx, <-b.replies)
+			}
+			byClock = !b.decided()
 		}
 	}
 
@@ -203,6 +209,10 @@ func (b *ballot) record(ctx context.Context, r reply) {
 	t := &b.tally
 	b.answered++
 	if r.shed {
+		if b.shed == nil {
+			b.shed = make([]bool, len(t.results))
+		}
+		b.shed[r.idx] = true
 		return // pending; not an answer of the node's (see reply.shed)
 	}
 	res := &t.results[r.idx]
@@ -249,14 +259,14 @@ func (b *ballot) decided() bool {
 
 // markPending marks the nodes that had not answered when the clock or the
 // caller decided the vote: timed out, or canceled when the caller's context
-// ended.
+// ended. A node the call was never sent to (shed) stays pending.
 func (b *ballot) markPending(ctx context.Context) {
 	pending, cause := OutcomeTimedOut, error(context.DeadlineExceeded)
 	if err := callerEnded(ctx); err != nil {
 		pending, cause = OutcomeCanceled, err
 	}
 	for i := range b.results {
-		if b.results[i].Outcome == OutcomePending {
+		if b.results[i].Outcome == OutcomePending && (b.shed == nil || !b.shed[i]) {
 			b.results[i].Outcome, b.results[i].Err = pending, cause
 		}
 	}
@@ -269,6 +279,9 @@ type ballot struct {
 	tally
 	all      bool // voteAll: decided only once every node answered
 	answered int  // replies recorded, read by the decision loop only
+	// shed[i]: node i's call was never sent (reply.shed); made by the
+	// first such reply, so a vote without one allocates nothing.
+	shed []bool
 
 	mu      sync.Mutex
 	closed  bool // decided: replies go to late
