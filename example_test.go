@@ -26,6 +26,8 @@ func ExampleClient_Acquire() {
 			log.Fatal(err)
 		}
 		defer m.Close()
+		// Keys expire on the wall clock, as on a Redis server.
+		m.ClockTTL(true)
 		rdb := redlock.NewNodeClient(m.Addr(), nil) // no command retries, context timeouts honoured
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
@@ -78,6 +80,7 @@ func ExampleDial() {
 			log.Fatal(err)
 		}
 		defer m.Close()
+		m.ClockTTL(true) // keys expire on the wall clock, as on a Redis server
 		nodes = append(nodes, m)
 		urls = append(urls, "redis://"+m.Addr())
 	}
@@ -160,6 +163,7 @@ func ExampleClient_TryAcquire() {
 				log.Fatal(err)
 			}
 			defer m.Close()
+			m.ClockTTL(true) // keys expire on the wall clock, as on a Redis server
 			if err := m.Set("report:acme", "another-owner"); err != nil {
 				log.Fatal(err)
 			}
@@ -216,6 +220,7 @@ func dialNodes(n int) (client *redlock.Client, stop func()) {
 		if err != nil {
 			log.Fatal(err)
 		}
+		m.ClockTTL(true) // keys expire on the wall clock, as on a Redis server
 		nodes = append(nodes, m)
 		urls = append(urls, "redis://"+m.Addr())
 	}

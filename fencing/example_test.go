@@ -30,6 +30,7 @@ func Example() {
 			panic(err)
 		}
 		defer m.Close()
+		m.ClockTTL(true) // keys expire on the wall clock, as on a Redis server
 		rc := redlock.NewNodeClient(m.Addr(), nil)
 		defer rc.Close()
 		servers, nodes = append(servers, m), append(nodes, rc)

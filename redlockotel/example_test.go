@@ -43,6 +43,7 @@ func Example_prometheus() {
 			log.Fatal(err)
 		}
 		defer m.Close()
+		m.ClockTTL(true) // keys expire on the wall clock, as on a Redis server
 		urls = append(urls, "redis://"+m.Addr())
 	}
 	client, err := redlock.Dial(urls, redlock.WithObserver(obs))
