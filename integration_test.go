@@ -79,7 +79,15 @@ func (rc *realCluster) requireNoKey(t *testing.T, key string, servers ...int) {
 		servers = []int{0, 1, 2, 3, 4}
 	}
 	for _, i := range servers {
-		require.False(t, rc.exists(t, i, key), "server %d (%s) still holds %q", i, rc.servers[i].Addr(), key)
+		if rc.exists(t, i, key) {
+			// Whose key, and for how long: a failure under load says
+			// whether a delete was lost or a late SET ran after it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			owner, _ := rc.plain[i].Get(ctx, key).Result()
+			ttl, _ := rc.plain[i].PTTL(ctx, key).Result()
+			cancel()
+			require.Failf(t, "key left", "server %d (%s) still holds %q: owner %q, ttl %v", i, rc.servers[i].Addr(), key, owner, ttl)
+		}
 	}
 }
 
@@ -301,6 +309,7 @@ func TestRealRedis_ReleasedWhilePausedDoesNotBlockNextHolder(t *testing.T) {
 
 	next, err := rc.rl.TryAcquire(ctx, "report", 10*time.Second)
 	require.NoError(t, err, "the next holder gets the lock at once")
+	t.Logf("owners: first %q, next %q; next's node results %v", l.Owner(), next.Owner(), next.Nodes())
 	assert.Greater(t, next.Token(), l.Token())
 	require.NoError(t, next.Release(ctx))
 	rc.requireReleased(t, "report", 0, 1, 3, 4)
