@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,6 +50,13 @@ var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 // inside the bubble.
 func newTestNode(t testTB, i int) *testNode {
 	t.Helper()
+	// go-redis keeps the timers of commands that waited for a free pooled
+	// connection in a global sync.Pool (internal.semTimers): a timer made
+	// in an earlier test's (or schedule's) synctest bubble is fatal in this
+	// one ("select on synctest channel from outside bubble"). Two
+	// collections empty the pool (one moves it to the victim cache).
+	runtime.GC()
+	runtime.GC()
 	n := &testNode{m: miniredis.NewMiniRedis(), addr: fmt.Sprintf("127.0.0.1:%d", 7001+i)}
 	n.m.ClockTTL(true)
 	n.start(t)

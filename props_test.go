@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
 	"github.com/d3b93e30/redlock"
@@ -48,6 +50,16 @@ import (
 //   - bounded history: once every name is idle for the retention, no node
 //     holds anything, and a later holder's token is still higher.
 //
+// Each schedule also draws its clients' connection pools (per node,
+// go-redis's default or 1 or 2 connections) and whether its clients are
+// made by New over node clients they share or (REDLOCK_PROPS_DIAL=1, see
+// runSchedule) by Dial, with its per-node queues. With a small pool, a node that lags behind (a late or dropped
+// reply) has later acquisitions shed (Client.enter) or dropped from its
+// queue while they wait for a connection, and an extension can then put
+// the key back on such a node: "nothing left after Close" covers those
+// nodes too. A call the client did not send is its own limit, not a node
+// fault, so it earns no exemption above.
+//
 // REDLOCK_PROPS=n runs n schedules per configuration instead of the few of
 // a normal `go test` run.
 
@@ -58,6 +70,7 @@ type propStats struct {
 	schedules, steps, acquired, extended  int
 	released, lost, killed, late, dropped int
 	failed, clock, liveness               int
+	smallPools, dialed                    int // schedules
 }
 
 func (s *propStats) add(f func(*propStats)) {
@@ -107,8 +120,8 @@ func TestLockInvariants(t *testing.T) {
 					runSchedule(rt, cfg.n, cfg.guard, stats)
 				})
 			})
-			t.Logf("%d schedules, %d steps: %d acquisitions, %d extensions, %d releases; faults: %d data losses, %d kills, %d late replies, %d dropped replies, %d failed calls, %d clock advances; %d liveness probes",
-				stats.schedules, stats.steps, stats.acquired, stats.extended, stats.released,
+			t.Logf("%d schedules (%d with small connection pools, %d made by Dial), %d steps: %d acquisitions, %d extensions, %d releases; faults: %d data losses, %d kills, %d late replies, %d dropped replies, %d failed calls, %d clock advances; %d liveness probes",
+				stats.schedules, stats.smallPools, stats.dialed, stats.steps, stats.acquired, stats.extended, stats.released,
 				stats.lost, stats.killed, stats.late, stats.dropped, stats.failed, stats.clock, stats.liveness)
 		})
 	}
@@ -188,26 +201,61 @@ type model struct {
 	released []*propHandle
 	log      []string
 	stats    *propStats
+	pools    []int           // per node: its clients' PoolSize, 0 for go-redis's default
+	dial     bool            // the clients are made by Dial (per-node queues), not New
+	rcs      []*redis.Client // the node clients the clients made by New share
 }
 
 func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 	m := &model{t: t, n: n, guard: guard, tokens: map[string]uint64{}, stats: stats}
-	stats.add(func(s *propStats) { s.schedules++ })
-	c := newCluster(t, n, m.options()...)
+	// The node clients' connection pools: go-redis's default (never full
+	// here) or, for some nodes, 1 or 2 connections, so that a node that
+	// lags behind sheds acquisitions (Client.enter); and the clients made
+	// by New over the schedule's node clients, or by Dial, whose per-node
+	// queue (nodequeue.go) can drop a call that waited too long.
+	m.pools = rapid.SliceOfN(rapid.SampledFrom([]int{0, 1, 2}), n, n).Draw(t, "pools")
+	// Dial's clients only with REDLOCK_PROPS_DIAL set: there a schedule can
+	// hang. A pub/sub connection's HELLO (notify.go) goes through the
+	// node's queue and waits for a slot while go-redis holds the PubSub's
+	// mutex; a Subscribe blocked on that mutex is not durably blocked, so
+	// the bubble's clock stops and the calls holding the slots never end.
+	m.dial = os.Getenv("REDLOCK_PROPS_DIAL") != "" && rapid.Bool().Draw(t, "dial")
+	stats.add(func(s *propStats) {
+		s.schedules++
+		if m.dial {
+			s.dialed++
+		}
+		if slices.ContainsFunc(m.pools, func(p int) bool { return p > 0 }) {
+			s.smallPools++
+		}
+	})
+	for i := range n {
+		m.nodes = append(m.nodes, &propNode{testNode: newTestNode(t, i)})
+		m.installFaults(i)
+	}
 	t.Cleanup(func() {
 		// Refused dials start go-redis's re-dial loop, which ends within a
 		// second of the client's Close: let it end inside the bubble.
-		for _, nd := range c.nodes {
-			_ = nd.rc.Close()
+		for _, pn := range m.nodes {
+			_ = pn.rc.Close()
+		}
+		for _, rc := range m.rcs {
+			_ = rc.Close()
 		}
 		time.Sleep(2 * time.Second)
 	})
-	for i, nd := range c.nodes {
-		pn := &propNode{testNode: nd}
-		m.nodes = append(m.nodes, pn)
-		m.installFaults(i)
+	if !m.dial {
+		for i, pn := range m.nodes {
+			rc := pn.rc
+			if m.pools[i] > 0 {
+				o := *pn.rc.Options()
+				o.PoolSize = m.pools[i]
+				rc = redis.NewClient(&o)
+			}
+			m.rcs = append(m.rcs, rc)
+		}
 	}
-	m.clients = []*redlock.Client{c.rl, c.secondClient(t, m.options()...), c.secondClient(t, m.options()...)}
+	m.clients = []*redlock.Client{m.newClient(), m.newClient(), m.newClient()}
 	m.keys = []string{"k0", "k1"}
 
 	t.Repeat(map[string]func(*rapid.T){
@@ -217,6 +265,7 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 		},
 		"acquire":        m.acquire,
 		"acquireTwo":     m.acquireTwo,
+		"acquireBurst":   m.acquireBurst,
 		"extend":         m.extend,
 		"keepAlive":      m.keepAlive,
 		"release":        m.release,
@@ -233,7 +282,7 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 		"releaseExpired": func(*rapid.T) { m.dropExpired() },
 	})
 	m.nothingLeftAfterClose()
-	m.clients = []*redlock.Client{c.secondClient(t, m.options()...)}
+	m.clients = []*redlock.Client{m.newClient()}
 	for _, k := range m.keys {
 		m.liveness(k)
 	}
@@ -265,6 +314,46 @@ func (m *model) nothingLeftAfterClose() {
 			}
 		}
 	}
+}
+
+// newClient returns a Client over the schedule's nodes: made by New over
+// the node clients of the drawn pools (rcs), or by Dial with those pools
+// (0: go-redis's default) and an in-memory dialer that honours Refuse.
+// It is closed in t.Cleanup, before the nodes and their clients.
+func (m *model) newClient() *redlock.Client {
+	m.t.Helper()
+	var (
+		rl  *redlock.Client
+		err error
+	)
+	if m.dial {
+		urls := make([]string, m.n)
+		for i, pn := range m.nodes {
+			urls[i] = "redis://" + pn.addr
+		}
+		rl, err = redlock.DialWith(urls, func(i int, o *redis.Options) {
+			if m.pools[i] > 0 {
+				o.PoolSize = m.pools[i]
+			}
+			nd := m.nodes[i].testNode
+			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nd.dial() }
+		}, m.options()...)
+	} else {
+		clients := make([]redis.UniversalClient, m.n)
+		for i, rc := range m.rcs {
+			clients[i] = rc
+		}
+		rl, err = redlock.New(clients, m.options()...)
+	}
+	if err != nil {
+		m.t.Fatalf("new client: %v", err)
+	}
+	m.t.Cleanup(func() {
+		if err := rl.Close(); err != nil {
+			m.t.Errorf("close: %v", err)
+		}
+	})
+	return rl
 }
 
 func (m *model) options() []redlock.Option {
@@ -387,6 +476,22 @@ func (m *model) acquireTwo(t *rapid.T) {
 	}
 	for _, l := range got {
 		m.record(&propHandle{key: key, lock: l, start: start})
+	}
+}
+
+// acquireBurst has one client try every key in turn, back to back: each
+// acquisition meets the calls of the one before still running on a node
+// that lags (a late or dropped reply), which a small pool then sheds.
+func (m *model) acquireBurst(t *rapid.T) {
+	cl := rapid.IntRange(0, len(m.clients)-1).Draw(t, "client")
+	ttl := m.drawTTL(t)
+	for _, key := range m.keys {
+		start := time.Now()
+		l, err := m.clients[cl].TryAcquire(context.Background(), key, ttl)
+		m.logf("client %d acquire %s ttl %v (burst): %v", cl, key, ttl, errOrToken(l, err))
+		if err == nil {
+			m.record(&propHandle{key: key, lock: l, start: start})
+		}
 	}
 }
 
