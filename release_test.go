@@ -516,11 +516,16 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 			locks = append(locks, l)
 		}
 		assert.Zero(t, time.Since(start), "the slow node costs nothing")
-		// job0's acquire to node 2 outlived its vote: node 2 is at its
-		// limit of one late call while nodes 0 and 1 keep up. job1's and
-		// job2's acquisitions do not ask it: pending, not timed out (the
-		// client's own backlog is no fault of the node's).
-		for _, l := range locks[1:] {
+		// Node 2 ran one of the three acquire calls: the first that got
+		// going there outlived its vote, and while it runs node 2 is at its
+		// limit of one late call while nodes 0 and 1 keep up, so the other
+		// acquisitions do not ask it. That is job0's call, unless on a
+		// loaded machine its goroutine started only after its vote was
+		// decided: it was then late before it was sent, and was not sent
+		// either (one of the later calls takes its place). Every job's
+		// result for node 2 is pending, not timed out (the client's own
+		// backlog is no fault of the node's).
+		for _, l := range locks {
 			shed := l.Nodes()[2]
 			assert.Equal(t, redlock.OutcomePending, shed.Outcome)
 			assert.NoError(t, shed.Err)
@@ -528,7 +533,7 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 		require.NoError(t, rl.Close())
 		require.NoError(t, slowRC.Close())
 		mu.Lock()
-		assert.Equal(t, []string{"job0"}, seen, "job1's and job2's acquisitions were not sent to node 2")
+		assert.Len(t, seen, 1, "one acquisition was sent to node 2, the others not: %v", seen)
 		mu.Unlock()
 		for _, nd := range nodes {
 			for i := range 3 {
@@ -560,11 +565,26 @@ func TestRelease_DeletesWhereAnExtensionPutTheKeyOfAShedCall(t *testing.T) {
 				for _, nd := range nodes {
 					require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
 				}
+				var busySent atomic.Int32 // busy acquisitions node 2 runs
 				nodes[2].SlowIf(50*time.Millisecond, func(cmd string, args []string) bool {
-					return isScript("acquire", cmd, args) && args[2] == "busy"
+					if isScript("acquire", cmd, args) && strings.HasPrefix(args[2], "busy") {
+						busySent.Add(1)
+						return true
+					}
+					return false
 				})
-				busy, err := rl.TryAcquire(ctx, "busy", ttl10s)
-				require.NoError(t, err)
+				// A busy acquisition whose call to node 2 outlives its vote
+				// fills node 2's one late slot. (On a loaded machine that
+				// call may start only after its vote was decided, and is
+				// then not sent at all: try again.)
+				var busy []*redlock.Lock
+				for i := 0; busySent.Load() == 0; i++ {
+					require.Less(t, i, 10, "no busy acquisition reached node 2")
+					b, err := rl.TryAcquire(ctx, fmt.Sprint("busy", i), ttl10s)
+					require.NoError(t, err)
+					busy = append(busy, b)
+					synctest.Wait()
+				}
 				l, err := rl.TryAcquire(ctx, "k", ttl10s)
 				require.NoError(t, err)
 				require.Equal(t, redlock.OutcomePending, l.Nodes()[2].Outcome, "k's call to node 2 was shed")
@@ -582,7 +602,9 @@ func TestRelease_DeletesWhereAnExtensionPutTheKeyOfAShedCall(t *testing.T) {
 					h = l
 				}
 				require.NoError(t, h.Release(ctx))
-				require.NoError(t, busy.Release(ctx))
+				for _, b := range busy {
+					require.NoError(t, b.Release(ctx))
+				}
 				require.NoError(t, rl.Close())
 				for i, nd := range nodes {
 					assert.False(t, nd.Has("k"), "node %d still holds k", i)
