@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,6 +56,7 @@ Examples:
   redlock chaos --scenario client-pause --scenario amnesia-unguarded --svg out/
   redlock chaos --nodes 4 --scenario clock-jump --trials 1
   redlock chaos --mutants
+  redlock chaos --time-scale 3     # a slow or loaded machine (the race detector)
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
 
 Flags:
@@ -73,6 +75,7 @@ type chaosFlags struct {
 	redisBinary string
 	quiet       bool
 	mutants     bool
+	timeScale   float64
 }
 
 // parseChaosFlags parses the flags; --help prints the help on stdout, a bad
@@ -110,6 +113,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, at least 1, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return f, err
@@ -125,6 +129,9 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	}
 	if f.trials < 1 {
 		return f, fmt.Errorf("--trials %d: need at least 1 trial", f.trials)
+	}
+	if !(f.timeScale >= 1) || math.IsInf(f.timeScale, 1) {
+		return f, fmt.Errorf("--time-scale %v: need a finite factor of at least 1", f.timeScale)
 	}
 	if _, err := chaos.ParseBackend(f.backend); err != nil {
 		return f, fmt.Errorf("--backend %q: want %s or %s", f.backend, chaos.InProcess, chaos.RedisServer)
@@ -159,6 +166,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(f.scenarios) > 0 {
 		scenarios = pickScenarios(f.scenarios)
 	}
+	for i := range scenarios {
+		scenarios[i] = scenarios[i].Scaled(f.timeScale)
+	}
 	if f.seed == 0 {
 		f.seed = uint64(time.Now().UnixNano())
 	}
@@ -171,7 +181,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintln(stderr, line)
 		}
 	}
-	progress(fmt.Sprintf("redlock chaos: %d scenarios × %d trials on %d %s nodes, seed %d", len(scenarios), f.trials, f.nodes, backend, f.seed))
+	progress(fmt.Sprintf("redlock chaos: %d scenarios × %d trials on %d %s nodes, seed %d, time scale %v", len(scenarios), f.trials, f.nodes, backend, f.seed, f.timeScale))
 
 	cluster, err := chaos.NewCluster(ctx, chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary})
 	if err != nil {
@@ -254,12 +264,13 @@ func reportChaos(results []chaos.Result, f chaosFlags, backend chaos.Backend, st
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
-			Seed    uint64         `json:"seed,string"`
-			Backend chaos.Backend  `json:"backend"`
-			Nodes   int            `json:"nodes"`
-			Results []chaos.Result `json:"results"`
-			Summary string         `json:"summary"`
-		}{f.seed, backend, f.nodes, results, sum.line()}); err != nil {
+			Seed      uint64         `json:"seed,string"`
+			Backend   chaos.Backend  `json:"backend"`
+			Nodes     int            `json:"nodes"`
+			TimeScale float64        `json:"time_scale"`
+			Results   []chaos.Result `json:"results"`
+			Summary   string         `json:"summary"`
+		}{f.seed, backend, f.nodes, f.timeScale, results, sum.line()}); err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 			return exitMismatch
 		}
@@ -430,7 +441,7 @@ func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdou
 		}
 		for _, name := range m.Scenarios {
 			s, _ := chaos.Find(name)
-			res, err := chaos.RunMutant(ctx, cluster, s, m, mutantTrials, f.seed, nil)
+			res, err := chaos.RunMutant(ctx, cluster, s.Scaled(f.timeScale), m, mutantTrials, f.seed, nil)
 			if err != nil {
 				fmt.Fprintf(stderr, "redlock chaos: mutant %s, %s: %v\n", m.Name, name, err)
 				return exitMismatch

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,7 +49,7 @@ func TestChaosHelp_ExamplesRun(t *testing.T) {
 				args[i] = dir
 			}
 		}
-		args = append(args, "--quiet", "--trials", "1")
+		args = append(args, "--quiet", "--trials", "1", "--time-scale", testTimeScale)
 		code, out, errOut := runCLI(t, args...)
 		assert.Equal(t, 0, code, "example %q:\n%s\n%s", strings.Join(ex, " "), out, errOut)
 		assert.Contains(t, out, " as expected")
@@ -70,7 +71,7 @@ func TestChaos_OnlySkippedIsNotAPass(t *testing.T) {
 // The table has a legend, each scenario's reason and a final line, and no
 // line ends in spaces.
 func TestChaos_TableReadable(t *testing.T) {
-	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--scenario", "no-faults", "--trials", "1", "--quiet")
+	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--scenario", "no-faults", "--trials", "1", "--quiet", "--time-scale", testTimeScale)
 	assert.Equal(t, 0, code, out)
 	for i, l := range strings.Split(out, "\n") {
 		assert.Equal(t, strings.TrimRight(l, " \t"), l, "line %d ends in spaces", i+1)
@@ -83,11 +84,12 @@ func TestChaos_TableReadable(t *testing.T) {
 // Seeds are uint64: JSON gives them as strings, so readers with float64
 // numbers (JavaScript, older jq) do not round them.
 func TestChaos_JSONSeedIsString(t *testing.T) {
-	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "--quiet", "--json", "--seed", "18446744073709551557")
+	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "--quiet", "--json", "--seed", "18446744073709551557", "--time-scale", testTimeScale)
 	require.Equal(t, 0, code, out)
 	var doc struct {
-		Seed    string `json:"seed"`
-		Results []struct {
+		Seed      string  `json:"seed"`
+		TimeScale float64 `json:"time_scale"`
+		Results   []struct {
 			Seed string `json:"seed"`
 		} `json:"results"`
 		Summary string `json:"summary"`
@@ -97,4 +99,28 @@ func TestChaos_JSONSeedIsString(t *testing.T) {
 	require.Len(t, doc.Results, 1)
 	assert.Equal(t, "18446744073709551557", doc.Results[0].Seed)
 	assert.Equal(t, "1 of 1 as expected", doc.Summary)
+	assert.Equal(t, 3.0, doc.TimeScale)
+}
+
+// testTimeScale stretches the scenarios these tests run: the race detector
+// makes every call several times slower, and CI runs the other packages'
+// tests on the same 2 cores at the same time (a no-faults trial at scale 1
+// once made no acquisition there).
+const testTimeScale = "3"
+
+// --time-scale stretches the trials: majority-killed's trial lasts 350 ms
+// at scale 1, so at scale 4 the run takes at least 1.4 s (a lower bound,
+// which a loaded machine only makes longer). A factor below 1, or one that
+// is not a finite number, is a usage error.
+func TestChaos_TimeScale(t *testing.T) {
+	start := time.Now()
+	code, out, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "--time-scale", "4")
+	require.Equal(t, 0, code, out)
+	assert.GreaterOrEqual(t, time.Since(start), 1400*time.Millisecond)
+	assert.Contains(t, errOut, "time scale 4")
+	for _, bad := range []string{"0.5", "0", "-2", "NaN", "+Inf", "x"} {
+		code, _, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--time-scale", bad)
+		assert.Equal(t, exitUsage, code, bad)
+		assert.Contains(t, errOut, "time-scale", bad)
+	}
 }
