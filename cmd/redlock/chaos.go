@@ -56,7 +56,7 @@ Examples:
   redlock chaos --scenario client-pause --scenario amnesia-unguarded --svg out/
   redlock chaos --nodes 4 --scenario clock-jump --trials 1
   redlock chaos --mutants
-  redlock chaos --time-scale 3     # a slow or loaded machine (the race detector)
+  redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
 
 Flags:
