@@ -185,22 +185,31 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 }
 
 // giveHistory warms client c up on the workload's key (warmUp, retrying for
-// up to 10 s) and, with the amnesia guard on, waits until every node reports
-// the key's epoch trusted. A node whose grant answered after the warm-up's
-// vote is vouched for by the warm-up's Release only where it still finds the
-// key, and the trial deletes the lock key right after connect: without the
-// wait, that node's epoch could stay unvouched, its votes quarantined for the
-// whole trial, and a holder that needs it would never acquire.
+// up to 20 s) and, with the amnesia guard on, repeats the warm-up until
+// every node reports the key's epoch trusted. A node whose grant answered
+// after the warm-up's vote (or not at all, on a loaded machine) is vouched
+// for by the warm-up's Release only where it still finds the key, and the
+// trial deletes the lock key right after connect: without this, that node's
+// epoch could stay unvouched, its votes quarantined for the whole trial,
+// and a holder that needs it would never acquire. Each successful warm-up
+// vouches for the nodes that granted it, so another one heals what the
+// first left.
 func (w Workload) giveHistory(ctx context.Context, c client) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := warmUp(ctx, c, w.key(), true); err != nil {
-		return err
-	}
-	if w.Quarantine <= 0 {
-		return nil
-	}
 	for {
+		if err := warmUp(ctx, c, w.key(), true); err != nil {
+			return err
+		}
+		if w.Quarantine <= 0 {
+			return nil
+		}
+		// The warm-up's stragglers vouch in the background: give them a
+		// moment before looking.
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
 		states, err := c.Inspect(ctx, w.key())
 		if err != nil {
 			return err
@@ -214,10 +223,8 @@ func (w Workload) giveHistory(ctx context.Context, c client) error {
 		if untrusted == 0 {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return fmt.Errorf("%d of %d nodes never vouched for the key's epoch: %w", untrusted, len(states), ctx.Err())
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
