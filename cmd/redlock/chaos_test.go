@@ -12,12 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// helpExamples returns the example command lines of `redlock chaos --help`.
+// helpExamples returns the example command lines of `redlock chaos --help`,
+// without their trailing "# ..." comments.
 func helpExamples(t *testing.T) [][]string {
 	t.Helper()
 	var ex [][]string
 	for _, l := range strings.Split(chaosHelp, "\n") {
 		if strings.HasPrefix(l, "  redlock chaos") {
+			l, _, _ = strings.Cut(l, " #")
 			ex = append(ex, strings.Fields(l)[1:])
 		}
 	}
