@@ -58,7 +58,8 @@ type lockState struct {
 	// run, or the call failed), and which of them were never sent. Release
 	// sends node i its delete only once its call returned, so a delete
 	// never overtakes its own SET; a call never sent needs no delete,
-	// unless an extension put the key on that node since (reput).
+	// unless an extension put the key on that node since (reput). Likewise
+	// a delete waits for a put-back in flight on its node.
 	calls acquireCalls
 	// longestTTL is the longest TTL (ns) the lock's keys were set or
 	// extended with: an Extend never shortens a key, so the keys may live
@@ -92,7 +93,7 @@ func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
 // newLockState is the state of an acquisition on n nodes, none of which
 // has replied yet.
 func newLockState(n int) *lockState {
-	return &lockState{calls: acquireCalls{state: make([]atomic.Uint32, n), put: make([]atomic.Bool, n)}}
+	return &lockState{calls: acquireCalls{state: make([]atomic.Uint32, n), put: make([]atomic.Bool, n), putting: make([]atomic.Int32, n)}}
 }
 
 // acquireCalls follows an acquisition's call to each node: running, counted
@@ -104,9 +105,13 @@ type acquireCalls struct {
 	// put[i] is set before an extension puts the key back on node i
 	// (reput): whatever the acquire call did there, the node may hold the
 	// key now, so Release must send it a delete.
-	put  []atomic.Bool
-	mu   sync.Mutex
-	wake chan struct{} // made by a waiter, closed and cleared by the next return
+	put []atomic.Bool
+	// putting[i] counts the put-backs on node i still running: a delete
+	// sent beside one could run before its SET (go-redis's pool keeps no
+	// order), so Release's delete there waits for them to return.
+	putting []atomic.Int32
+	mu      sync.Mutex
+	wake    chan struct{} // made by a waiter, closed and cleared by the next return
 }
 
 // The states of an acquisition's call to one node.
@@ -131,27 +136,53 @@ func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
 		st = callUnsent
 	}
 	wasLate = ac.state[i].Swap(st) == callLate
+	ac.wakeWaiters()
+	return wasLate
+}
+
+// wakeWaiters wakes those waiting for a call to return (wait).
+func (ac *acquireCalls) wakeWaiters() {
 	ac.mu.Lock()
 	if ac.wake != nil {
 		close(ac.wake)
 		ac.wake = nil
 	}
 	ac.mu.Unlock()
-	return wasLate
 }
 
-// returned reports whether node i's call has returned, and if so, whether
-// it was never sent and nothing else may have put the key there since.
+// returned reports whether node i's call has returned and no put-back is
+// running there, and if so, whether the call was never sent and nothing
+// else may have put the key there since.
 func (ac *acquireCalls) returned(i int) (done, unsent bool) {
 	st := ac.state[i].Load()
-	return st >= callReturned, st == callUnsent && !ac.put[i].Load()
+	return st >= callReturned && ac.putting[i].Load() == 0, st == callUnsent && !ac.put[i].Load()
 }
 
-// markPut records that an extension is about to put the key back on node i.
-func (ac *acquireCalls) markPut(i int) { ac.put[i].Store(true) }
+// beginPut records that an extension is about to put the key back on node
+// i, and reports whether it may: not once Release has begun (released),
+// which would not delete a key put back after its delete. The counter is
+// raised before released is read, and Release sets released before it
+// reads the counter, so either the put-back sees the release or the
+// release's delete waits for the put-back (endPut).
+func (s *lockState) beginPut(i int) bool {
+	ac := &s.calls
+	ac.put[i].Store(true)
+	ac.putting[i].Add(1)
+	if s.released.Load() {
+		s.endPut(i)
+		return false
+	}
+	return true
+}
 
-// wait waits until node i's call has returned, and reports whether it was
-// never sent.
+// endPut records that a put-back on node i has returned.
+func (s *lockState) endPut(i int) {
+	s.calls.putting[i].Add(-1)
+	s.calls.wakeWaiters()
+}
+
+// wait waits until node i's call, and any put-back there, has returned,
+// and reports whether the call was never sent.
 func (ac *acquireCalls) wait(i int) (unsent bool) {
 	for {
 		if done, unsent := ac.returned(i); done {
@@ -372,8 +403,9 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 	if st := l.state; st.calls.state != nil {
 		done, unsent := st.calls.returned(n.idx)
 		if !done {
-			// A straggler of the acquisition: its delete waits for its
-			// grant, in the background once the vote is decided, and then
+			// A straggler of the acquisition, or an extension putting the
+			// key back here: the delete waits for that call to return, in
+			// the background once the vote is decided, and then
 			// gets a per-node timeout of its own. This call stays part of
 			// the vote, so Close waits for it.
 			if st.calls.wait(n.idx) {
@@ -608,7 +640,13 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 		if !gone[n] {
 			return reply{code: codeNotHeld}
 		}
-		l.state.calls.markPut(n.idx) // Release must delete here, whatever the acquire call did
+		// Release must delete here, whatever the acquire call did, and
+		// only once this call has returned; after Release began, nothing
+		// is put back.
+		if !l.state.beginPut(n.idx) {
+			return reply{code: codeNotHeld}
+		}
+		defer l.state.endPut(n.idx)
 		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
 		return reply{code: code, err: err}
 	})

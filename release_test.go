@@ -655,3 +655,73 @@ func TestAcquire_BusyClusterShedsNothing(t *testing.T) {
 		}
 	})
 }
+
+// An Extend on another goroutine may be putting the key back (reput) on a
+// node that answered "not held" while Release runs: Release's delete there
+// must not leave the key behind, whichever reaches the node first. Once
+// Release and Close have returned, no node holds the key.
+func TestRelease_RacingAnExtensionsPutBackLeavesNoKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3)
+		l := c.acquireSettled(t, ctx, "k", ttl10s)
+		c.nodes[2].m.Del("k") // node 2 restarted empty
+		// The put-back reaches node 2 50 ms after it was sent.
+		c.nodes[2].SlowScripts(50*time.Millisecond, "reput")
+		// Node 1 answers the extension last, so the vote hears node 2's
+		// "not held" before it is decided.
+		c.nodes[1].SlowScripts(time.Millisecond, "extend")
+		type result struct {
+			l   *redlock.Lock
+			err error
+		}
+		extended := make(chan result, 1)
+		go func() {
+			next, err := l.Extend(ctx, ttl10s)
+			extended <- result{next, err}
+		}()
+		time.Sleep(10 * time.Millisecond) // the extension's vote is decided, its put-back in flight
+		require.False(t, c.nodes[2].Has("k"), "the put-back has not run yet")
+		require.NoError(t, l.Release(ctx))
+		ext := <-extended
+		require.NoError(t, ext.err)
+		require.Equal(t, redlock.OutcomeGranted, ext.l.Nodes()[2].Outcome, "the extension put k back on node 2")
+		synctest.Wait()
+		require.NoError(t, c.rl.Close())
+		c.requireNoKey(t, "k")
+	})
+}
+
+// An extension whose vote is decided after Release began puts nothing back:
+// Release has sent its deletes (here node 2's, which held nothing, first),
+// and a key put back after them would outlive Release and Close.
+func TestRelease_NothingIsPutBackOnceReleaseBegan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3)
+		l := c.acquireSettled(t, ctx, "k", ttl10s)
+		c.nodes[2].m.Del("k") // node 2 restarted empty
+		// Nodes 0 and 1 apply the extension at 20 ms and the release's
+		// deletes at 40 ms; node 2 answers both at once.
+		c.nodes[0].SlowScripts(20*time.Millisecond, "extend")
+		c.nodes[1].SlowScripts(20*time.Millisecond, "extend")
+		type result struct {
+			l   *redlock.Lock
+			err error
+		}
+		extended := make(chan result, 1)
+		go func() {
+			next, err := l.Extend(ctx, ttl10s)
+			extended <- result{next, err}
+		}()
+		time.Sleep(10 * time.Millisecond) // node 2 said "not held"; the vote waits for 0 and 1
+		c.nodes[0].SlowScripts(30*time.Millisecond, "release")
+		c.nodes[1].SlowScripts(30*time.Millisecond, "release")
+		require.NoError(t, l.Release(ctx))
+		ext := <-extended
+		require.NoError(t, ext.err, "a majority applied the extension before the deletes")
+		synctest.Wait()
+		require.NoError(t, c.rl.Close())
+		c.requireNoKey(t, "k")
+	})
+}

@@ -12,12 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// helpExamples returns the example command lines of `redlock chaos --help`.
+// helpExamples returns the example command lines of `redlock chaos --help`,
+// without their trailing "# ..." comments.
 func helpExamples(t *testing.T) [][]string {
 	t.Helper()
 	var ex [][]string
 	for _, l := range strings.Split(chaosHelp, "\n") {
 		if strings.HasPrefix(l, "  redlock chaos") {
+			l, _, _ = strings.Cut(l, " #")
 			ex = append(ex, strings.Fields(l)[1:])
 		}
 	}
@@ -110,15 +112,16 @@ const testTimeScale = "3"
 
 // --time-scale stretches the trials: majority-killed's trial lasts 350 ms
 // at scale 1, so at scale 4 the run takes at least 1.4 s (a lower bound,
-// which a loaded machine only makes longer). A factor below 1, or one that
-// is not a finite number, is a usage error.
+// which a loaded machine only makes longer). A factor below 1 or above 100,
+// or one that is not a number, is a usage error (1e308 once overflowed the
+// durations and every trial "failed").
 func TestChaos_TimeScale(t *testing.T) {
 	start := time.Now()
 	code, out, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "--time-scale", "4")
 	require.Equal(t, 0, code, out)
 	assert.GreaterOrEqual(t, time.Since(start), 1400*time.Millisecond)
 	assert.Contains(t, errOut, "time scale 4")
-	for _, bad := range []string{"0.5", "0", "-2", "NaN", "+Inf", "x"} {
+	for _, bad := range []string{"0.5", "0", "-2", "NaN", "+Inf", "x", "100.5", "1e9", "1e308"} {
 		code, _, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--time-scale", bad)
 		assert.Equal(t, exitUsage, code, bad)
 		assert.Contains(t, errOut, "time-scale", bad)
