@@ -32,7 +32,9 @@ func ExampleClient_Acquire() {
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
 	}
-	client, err := redlock.New(nodes) // the clients stay ours: Close leaves them open
+	// The clients stay ours: Close leaves them open. The per-node timeout
+	// (default: 1% of the TTL) leaves room for a busy test machine.
+	client, err := redlock.New(nodes, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

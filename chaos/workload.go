@@ -199,7 +199,18 @@ func (w Workload) giveHistory(ctx context.Context, c client) error {
 	defer cancel()
 	for {
 		if err := warmUp(ctx, c, w.key(), true); err != nil {
-			return err
+			// A Release that failed (say a mutant's quorum met "not held"
+			// answers left by a failed attempt) warmed the nodes up all
+			// the same: try again until the deadline.
+			if ctx.Err() != nil || errors.Is(err, redlock.ErrInvalidArgument) || errors.Is(err, redlock.ErrClosed) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
 		}
 		if w.Quarantine <= 0 {
 			return nil
