@@ -17,11 +17,8 @@ import (
 
 // testTimeScale stretches the scenarios' time scale in tests: the race
 // detector makes every call several times slower, and CI runs the other
-// packages' tests on the same 2 cores at the same time. (At 3, a loaded
-// machine once saw contention-16 make no acquisition in its 4.2 s trial:
-// the default retry delay does not scale, so a longer trial gives the
-// jittered retries more rounds to break the split votes.)
-const testTimeScale = 4
+// packages' tests on the same 2 cores at the same time.
+const testTimeScale = 3
 
 // runCatalogue runs every scenario once on a fresh cluster of the backend
 // and checks each observed verdict against the expected one, plus the
