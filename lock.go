@@ -5,7 +5,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -530,9 +529,8 @@ func (rc releaseCount) decided() bool {
 // Extend makes the lock live at least ttl more on every node that still
 // holds it and returns a new Lock whose validity is ttl − elapsed − drift
 // from the start of the extension. It succeeds only if a majority applied it,
-// and never revives a lock whose validity has run out, or that was released
-// or declared lost by its Lease (Validity is then zero or negative): then it
-// returns ErrNotHeld without a round trip. The fencing token is kept.
+// and never revives a lock whose validity has run out: then it returns
+// ErrNotHeld without a round trip. The fencing token is kept.
 //
 // Extend never shortens a key's remaining TTL on a node: a ttl shorter than
 // what is left there leaves the key as it is, and the new Lock's validity is
@@ -578,9 +576,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
-	if l.state.ended.Load() {
-		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, errors.New("the lock was released or lost"))
-	}
 	if !start.Before(l.validUntil) {
 		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
