@@ -143,11 +143,11 @@ func TestWantsEvent(t *testing.T) {
 	}
 }
 
-// A vote whose node calls have all finished before it counts them is
-// decided by their replies, not by the clock: the last call to finish ends
-// the vote's context, so expired is ready beside the replies, and a vote
-// that took that for the per-node timeout reported a node whose call was
-// never sent (shed) as timed out. (TestAcquire_SlowNodeBacklogIsBounded
+// A vote whose node calls have all finished before it counts them reports
+// what they answered, not a timeout: the last call to finish ends the
+// vote's context, so expired is ready beside the replies, and a vote that
+// took that for the per-node timeout reported a node whose call was never
+// sent (shed) as timed out. (TestAcquire_SlowNodeBacklogIsBounded
 // failed about once in a hundred runs on this.) Each round is a coin toss
 // for the select, so fifty rounds miss the fault with odds of 2^-50.
 func TestVote_FinishedCallsDecideItNotTheClock(t *testing.T) {

@@ -180,12 +180,10 @@ func (b *ballot) count(ctx context.Context) (*tally, <-chan struct{}) {
 			b.record(ctx, r)
 		case <-b.expired:
 			// expired also fires when the last node call has finished
-			// (call cancels the vote's context): then every reply is
-			// queued, and the replies decide the vote, not the clock.
-			for len(b.replies) > 0 && !b.decided() {
-				b.record(ctx, <-b.replies)
-			}
-			byClock = !b.decided()
+			// (call cancels the vote's context): every reply is then
+			// queued and counted below, and markPending finds no node
+			// pending but those never asked (shed), which it leaves so.
+			byClock = true
 		}
 	}
 
