@@ -202,13 +202,11 @@ func (w Workload) giveHistory(ctx context.Context, c client) error {
 			// A Release that failed (say a mutant's quorum met "not held"
 			// answers left by a failed attempt) warmed the nodes up all
 			// the same: try again until the deadline.
-			if ctx.Err() != nil || errors.Is(err, redlock.ErrInvalidArgument) || errors.Is(err, redlock.ErrClosed) {
+			if errors.Is(err, redlock.ErrInvalidArgument) || errors.Is(err, redlock.ErrClosed) {
 				return err
 			}
-			select {
-			case <-ctx.Done():
+			if sleepCtx(ctx, 20*time.Millisecond); ctx.Err() != nil {
 				return err
-			case <-time.After(20 * time.Millisecond):
 			}
 			continue
 		}
@@ -217,10 +215,7 @@ func (w Workload) giveHistory(ctx context.Context, c client) error {
 		}
 		// The warm-up's stragglers vouch in the background: give them a
 		// moment before looking.
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
+		sleepCtx(ctx, 20*time.Millisecond)
 		states, err := c.Inspect(ctx, w.key())
 		if err != nil {
 			return err
