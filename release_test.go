@@ -656,6 +656,23 @@ func TestAcquire_BusyClusterShedsNothing(t *testing.T) {
 	})
 }
 
+// extendResult is what an Extend run by extendInBackground returned.
+type extendResult struct {
+	l   *redlock.Lock
+	err error
+}
+
+// extendInBackground runs l.Extend(ctx, ttl) on another goroutine and
+// returns the channel its result arrives on.
+func extendInBackground(ctx context.Context, l *redlock.Lock, ttl time.Duration) <-chan extendResult {
+	ch := make(chan extendResult, 1)
+	go func() {
+		next, err := l.Extend(ctx, ttl)
+		ch <- extendResult{next, err}
+	}()
+	return ch
+}
+
 // An Extend on another goroutine may be putting the key back (reput) on a
 // node that answered "not held" while Release runs: Release's delete there
 // must not leave the key behind, whichever reaches the node first. Once
@@ -671,15 +688,7 @@ func TestRelease_RacingAnExtensionsPutBackLeavesNoKey(t *testing.T) {
 		// Node 1 answers the extension last, so the vote hears node 2's
 		// "not held" before it is decided.
 		c.nodes[1].SlowScripts(time.Millisecond, "extend")
-		type result struct {
-			l   *redlock.Lock
-			err error
-		}
-		extended := make(chan result, 1)
-		go func() {
-			next, err := l.Extend(ctx, ttl10s)
-			extended <- result{next, err}
-		}()
+		extended := extendInBackground(ctx, l, ttl10s)
 		time.Sleep(10 * time.Millisecond) // the extension's vote is decided, its put-back in flight
 		require.False(t, c.nodes[2].Has("k"), "the put-back has not run yet")
 		require.NoError(t, l.Release(ctx))
@@ -705,15 +714,7 @@ func TestRelease_NothingIsPutBackOnceReleaseBegan(t *testing.T) {
 		// deletes at 40 ms; node 2 answers both at once.
 		c.nodes[0].SlowScripts(20*time.Millisecond, "extend")
 		c.nodes[1].SlowScripts(20*time.Millisecond, "extend")
-		type result struct {
-			l   *redlock.Lock
-			err error
-		}
-		extended := make(chan result, 1)
-		go func() {
-			next, err := l.Extend(ctx, ttl10s)
-			extended <- result{next, err}
-		}()
+		extended := extendInBackground(ctx, l, ttl10s)
 		time.Sleep(10 * time.Millisecond) // node 2 said "not held"; the vote waits for 0 and 1
 		c.nodes[0].SlowScripts(30*time.Millisecond, "release")
 		c.nodes[1].SlowScripts(30*time.Millisecond, "release")
