@@ -40,12 +40,20 @@ func (c *cluster) waitChannels(i int, key string) []string {
 // longWait retries every 10 s: any acquisition well before that was woken.
 var longWait = redlock.WithRetry(redlock.LinearRetry(10*time.Second, 0, 0))
 
+// waitingCluster starts 3 warmed-up nodes with the cluster's Client, and
+// a second Client whose retry delay is 10 s (longWait), so that only a
+// wake-up ends its wait early.
+func waitingCluster(t *testing.T) (*cluster, *redlock.Client) {
+	t.Helper()
+	c := newCluster(t, 3)
+	c.warmUp(t)
+	return c, c.secondClient(t, longWait)
+}
+
 func TestAcquire_WokenByRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
 		require.NoError(t, err)
 
@@ -253,9 +261,7 @@ func TestAcquire_WaitersInOrderOneAttemptPerRelease(t *testing.T) {
 func TestAcquire_ReleaserLetsTheWokenWaiterGoFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		start := time.Now()
@@ -362,9 +368,7 @@ func TestAcquire_DefaultRetryWaitsLongerWhenQueued(t *testing.T) {
 func TestAcquire_ReleaseSubscriptionsDoNotAccumulate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		for i := range 300 {
 			key := fmt.Sprintf("job-%d", i)
 			held, err := c.rl.TryAcquire(ctx, key, time.Minute)
@@ -399,9 +403,7 @@ func TestAcquire_ReleaseSubscriptionsDoNotAccumulate(t *testing.T) {
 func TestAcquire_ReleaseOfGlobKeyWakesOnlyItsWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		glob, err := c.rl.TryAcquire(ctx, "job*", time.Minute)
 		require.NoError(t, err)
 		plain, err := c.rl.TryAcquire(ctx, "jobX", time.Minute)
@@ -658,9 +660,7 @@ func TestAcquire_DownNodeNotRedialedEvery100ms(t *testing.T) {
 func TestAcquire_ForgedWakeUpCostsOneAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		// A waiter that retries in a loop stops no fake clock of the
@@ -708,9 +708,7 @@ func TestAcquire_ForgedWakeUpCostsOneAttempt(t *testing.T) {
 func TestAcquire_ReleaserYieldsOnlyWithinHandoffWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.warmUp(t)
-		other := c.secondClient(t, longWait)
+		c, other := waitingCluster(t)
 		held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		done := make(chan error, 1)
