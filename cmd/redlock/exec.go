@@ -143,13 +143,13 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	fs.StringVar(&f.key, "key", "", "the lock's key on the nodes (required)")
-	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
-	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
-	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
-	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
-	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
+	durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
+	durationVar(fs, &f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
+	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
+	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
+	durationVar(fs, &f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
+	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
@@ -189,8 +189,19 @@ func (f execFlags) check() error {
 		return errors.New("--key is required")
 	case len(f.command) == 0:
 		return errors.New("no COMMAND given")
-	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
-		return errors.New("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--wait", f.wait}, {"--grace", f.grace}, {"--extend-every", f.extendEvery},
+		{"--node-timeout", f.nodeTimeout}, {"--quarantine", f.quarantine}, {"--min-hold", f.minHold},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("%s %v must not be negative", d.flag, d.value)
+		}
+	}
+	switch {
 	case f.releaseOnFailure && f.minHold == 0:
 		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
 	case f.busyExit < 0 || f.busyExit > 255:
@@ -252,7 +263,7 @@ func (nopLogger) Printf(context.Context, string, ...any) {}
 func printHelp(w io.Writer, fs *flag.FlagSet, help string) {
 	fmt.Fprint(w, help)
 	fs.SetOutput(w)
-	fs.PrintDefaults()
+	printDefaults(fs)
 }
 
 // splitNodes splits a comma-separated node list; "host:port" means

@@ -66,9 +66,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	key := fs.String("key", "", "the lock's key on the nodes (required)")
-	timeout := fs.Duration("timeout", time.Second, "per-node timeout")
+	timeout := durationFlagOf(fs, "timeout", time.Second, "per-node timeout")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	quarantine := fs.Duration("quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
+	quarantine := durationFlagOf(fs, "quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
