@@ -64,7 +64,13 @@ Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
 passwords there, not on the command line). Use an odd number of independent
 masters, e.g. 3 or 5; two URLs for one server (127.0.0.1 and localhost, or
-two database numbers) are refused.
+two database numbers), and an empty entry ("a,,b"), are refused.
+
+Warnings: fewer than 3 nodes, and each node that failed while the lock was
+taken or found busy (an error such as WRONGPASS, a host that does not
+resolve, a node down or too slow), get one "redlock exec: warning:" line on
+stderr, also when COMMAND runs and with --busy-exit 0: the lock still
+works, but one more node down may stop it. --no-warnings silences them.
 
 Once per cron tick, with --min-hold:
   With the same crontab on several hosts, a job shorter than the hosts' skew
@@ -95,7 +101,7 @@ Exit status:
   70                internal error
   75                the lock is busy: another holder kept it for all of
                     --wait (change with --busy-exit, e.g. 0 for cron); prints
-                    nothing unless -v
+                    nothing unless -v, but the warnings above
   79                the lock was lost while COMMAND ran; COMMAND was stopped
   126, 127          COMMAND could not be started, or was not found
   129, 130, 131, 143
@@ -132,6 +138,7 @@ type execFlags struct {
 	fenceEnv         string
 	busyExit         int
 	verbose          bool
+	noWarnings       bool
 	command          []string
 }
 
@@ -154,6 +161,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
 	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release, a busy lock and COMMAND's status to stderr")
+	fs.BoolVar(&f.noWarnings, "no-warnings", false, "print no warning about fewer than 3 nodes or about nodes that failed while the lock was taken (see above)")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
@@ -166,11 +174,18 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		return f, exitUsage, false
 	}
 	f.command = fs.Args()
+	source := "--nodes"
 	if *nodes == "" {
-		*nodes = os.Getenv(nodesEnv)
+		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	f.nodes = splitNodes(*nodes)
-	if err := f.check(); err != nil {
+	var err error
+	f.nodes, err = splitNodes(*nodes)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", source, err)
+	} else {
+		err = f.check()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %v\nRun 'redlock exec --help' for usage.\n", err)
 		return f, exitUsage, false
 	}
@@ -267,20 +282,27 @@ func printHelp(w io.Writer, fs *flag.FlagSet, help string) {
 }
 
 // splitNodes splits a comma-separated node list; "host:port" means
-// "redis://host:port".
-func splitNodes(s string) []string {
-	var out []string
-	for _, n := range strings.Split(s, ",") {
+// "redis://host:port". A list of blanks is no node. An empty entry ("a,,b",
+// or a comma at either end) is an error, not skipped: it is a slip that
+// would leave a node out of the quorum without a word. The error names
+// the entry by its index, never the list, which may hold passwords.
+func splitNodes(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for i, n := range parts {
 		n = strings.TrimSpace(n)
 		if n == "" {
-			continue
+			return nil, fmt.Errorf("node %d of %d is empty (two commas in a row, or a comma at an end)", i, len(parts))
 		}
 		if !strings.Contains(n, "://") {
 			n = "redis://" + n
 		}
 		out = append(out, n)
 	}
-	return out
+	return out, nil
 }
 
 // contactTimeout is the per-node timeout of the CLI's own requests (INFO
@@ -331,6 +353,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
+	f.warnFewNodes(stderr)
 	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr)...)
 	if client == nil {
 		return code
@@ -342,6 +365,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if lock == nil {
 		return code
 	}
+	f.warnNodes(stderr, conns, lock.Nodes())
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)
@@ -542,7 +566,11 @@ func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, 
 		return exitUsage
 	case errors.Is(err, redlock.ErrTaken), ctx.Err() != nil:
 		// Silent by default: the normal outcome on every host but one of a
-		// cron job, and cron mails any output.
+		// cron job, and cron mails any output. A failing node is not
+		// "busy": it is reported all the same.
+		if errors.As(err, &qe) && errors.Is(err, redlock.ErrTaken) {
+			f.warnNodes(stderr, conns, qe.Nodes)
+		}
 		if f.verbose {
 			fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
 		}
@@ -554,6 +582,33 @@ func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, 
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
 	return exitSoftware
+}
+
+// warnFewNodes warns, unless --no-warnings, when fewer than 3 nodes are
+// given: a majority of 1 or 2 nodes is all of them, so one node down stops
+// the lock.
+func (f execFlags) warnFewNodes(stderr io.Writer) {
+	if f.noWarnings || len(f.nodes) >= 3 {
+		return
+	}
+	what := "a single node: the lock is down whenever it is"
+	if len(f.nodes) == 2 {
+		what = "2 nodes: the lock needs both (a majority of 2), so either one down stops it"
+	}
+	fmt.Fprintf(stderr, "redlock exec: warning: %s; use an odd number of independent masters, at least 3\n", what)
+}
+
+// warnNodes prints, unless --no-warnings, one warning line per node that
+// failed in the acquisition whose outcomes are nodes (nodeConns.failures):
+// the lock was taken, or found busy, without it, and one node less can
+// stop the next run.
+func (f execFlags) warnNodes(stderr io.Writer, conns *nodeConns, nodes []redlock.NodeResult) {
+	if f.noWarnings {
+		return
+	}
+	for _, line := range conns.failures(nodes) {
+		fmt.Fprintf(stderr, "redlock exec: warning: %s\n", line)
+	}
 }
 
 // forwardedSignals are the signals redlock exec passes on to COMMAND.

@@ -84,11 +84,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "redlock status: "+format+"\nRun 'redlock status --help' for usage.\n", a...)
 		return exitUsage
 	}
+	source := "--nodes"
 	if *nodes == "" {
-		*nodes = os.Getenv(nodesEnv)
+		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	urls := splitNodes(*nodes)
+	urls, err := splitNodes(*nodes)
 	switch {
+	case err != nil:
+		return bad("%s: %v", source, err)
 	case len(urls) == 0:
 		return bad("no nodes: give --nodes or set $%s", nodesEnv)
 	case *key == "":
@@ -114,7 +117,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	for i := range states {
 		if states[i].Err != nil {
-			states[i].Err = errors.New(conns.redact(states[i].Err.Error()))
+			// In the words exec's warnings and messages use (nodeError).
+			states[i].Err = errors.New(conns.redact(nodeError(states[i].Err)))
 		}
 	}
 	sum := summarize(states, client.Quorum())
