@@ -33,8 +33,15 @@ func LoadScripts(ctx context.Context, rc redis.Scripter) error {
 // WaitPattern is the PUBSUB CHANNELS pattern that matches the channels of
 // lock key name's waiters (name must hold no glob character).
 func WaitPattern(name string) string {
-	return waitChannelPrefix + strings.Repeat("?", ticketLen) + ":" + name
+	return waitChannelPrefix + strings.Repeat("?", ticketLen) + ":" + channelKey(name)
 }
+
+// WaitChannel and WaitingChannel name a waiter's channel and the presence
+// channel of lock key name, as a waiting Client subscribes them.
+func WaitChannel(ticket, name string) string { return waitChannel(ticket, name) }
+
+// WaitingChannel: see WaitChannel.
+func WaitingChannel(name string) string { return waitingChannel(name) }
 
 // NotifyState returns how many waiters of c want to be told of a release,
 // and how many channels its pub/sub connections are subscribed to, summed

@@ -29,29 +29,43 @@ const ticketLen = 24
 var ticketSeq atomic.Uint32
 
 // waitChannel names the channel of a waiter with ticket for lock key name
-// (the prefix of WithPrefix included): "redlock:wait:<ticket>:<name>". The
-// waiter subscribes to it on every node while it waits. releaseScript and
-// releaseVouchScript, where they delete the key, list the key's waiters'
-// channels on that node (PUBSUB CHANNELS), and publish to the one with the
-// lowest ticket only: the message is the SHA1 of the released owner value
-// in hex, the same on every node, so the waiter can tell one release from
-// another.
+// (the prefix of WithPrefix included): "redlock:wait:<ticket>:<tagged>",
+// where tagged is channelKey(name). The waiter subscribes to it on every
+// node while it waits. releaseScript and releaseVouchScript, where they
+// delete the key, list the key's waiters' channels on that node (PUBSUB
+// CHANNELS), and publish to the one with the lowest ticket only: the
+// message is the SHA1 of the released owner value in hex, the same on
+// every node, so the waiter can tell one release from another.
 func waitChannel(ticket, name string) string {
-	return waitChannelPrefix + ticket + ":" + name
+	return waitChannelPrefix + ticket + ":" + channelKey(name)
 }
 
 // waitingChannelPrefix starts the name of a key's presence channel.
 const waitingChannelPrefix = "redlock:waiting:"
 
 // waitingChannel names the presence channel of lock key name:
-// "redlock:waiting:<name>". A Client with waiters of the key subscribes to it
-// on every node, next to its waiters' own channels, and nothing is ever
-// published to it: the release scripts ask PUBSUB NUMSUB for it (one
-// lookup, whatever else is subscribed on the node) and list the waiters'
-// channels (PUBSUB CHANNELS, which walks every channel of the node) only
-// when some Client waits for this key.
+// "redlock:waiting:<tagged>" (channelKey). A Client with waiters of the
+// key subscribes to it on every node, next to its waiters' own channels,
+// and nothing is ever published to it: the release scripts ask PUBSUB
+// NUMSUB for it (one lookup, whatever else is subscribed on the node) and
+// list the waiters' channels (PUBSUB CHANNELS, which walks every channel
+// of the node) only when some Client waits for this key.
 func waitingChannel(name string) string {
-	return waitingChannelPrefix + name
+	return waitingChannelPrefix + channelKey(name)
+}
+
+// channelKey is lock key name as the wake-up channels carry it: with a
+// Redis Cluster hash tag that puts the channels in the key's slot, name
+// itself when it has one ("user:{7}"), else "{name}" (keys.go). On a Redis
+// Cluster used as one node, PUBSUB NUMSUB and PUBSUB CHANNELS in the
+// release scripts see the subscriptions of the master that runs the script
+// only, the master of the key's slot: a waiter subscribes there (nodeSub).
+// luaWakeNext builds the same name.
+func channelKey(name string) string {
+	if hasHashTag(name) {
+		return name
+	}
+	return "{" + name + "}"
 }
 
 func newTicket() string {
@@ -74,6 +88,16 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
+// slotRouter is the part of a go-redis Redis Cluster client
+// (ClusterClient) that names the master serving a key's slot. One
+// ClusterClient PubSub is one connection to one master, and the release
+// scripts see the subscriptions of the key's master only: a node whose
+// client is a slotRouter gets a pub/sub connection per master its waiters'
+// keys live on (nodeSub).
+type slotRouter interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
 // subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE write, dial included.
 // The waiters never wait for it: they sleep their retry delay meanwhile.
 const subscribeTimeout = 5 * time.Second
@@ -81,9 +105,10 @@ const subscribeTimeout = 5 * time.Second
 // notifier wakes the Acquire calls of one Client that wait for a held key
 // when the key is released and their turn has come.
 //
-// Each node gets at most one pub/sub connection, opened the first time an
-// Acquire of the Client waits and closed by Client.Close; nothing of it
-// exists for a Client that never waited. A waiting Acquire takes a ticket
+// Each node gets at most one pub/sub connection (a Redis Cluster used as
+// one node: one per master, see nodeSub), opened the first time an Acquire
+// of the Client waits and closed by Client.Close; nothing of it exists for
+// a Client that never waited. A waiting Acquire takes a ticket
 // at its first retry delay and subscribes to its own channel (waitChannel)
 // on every node, through that node's goroutine, never on its own path. A
 // release, on each node where it deletes the key, publishes to the channel
@@ -95,9 +120,11 @@ const subscribeTimeout = 5 * time.Second
 // release to it since its last attempt began: the condition under which its
 // next attempt can succeed. One node's message is not enough, nor are
 // messages of different releases (a split vote's losers free a minority of
-// nodes). A waiter unsubscribes when its Acquire returns, before the lock
-// it got is released, so that the next release finds the next waiter; a
-// woken waiter whose attempt failed keeps its place.
+// nodes). A waiter unsubscribes when its Acquire returns, so that the next
+// release finds the next waiter; a woken waiter whose attempt failed keeps
+// its place. The UNSUBSCRIBE goes out in the background: a release of this
+// Client that comes first may still tell the waiter that left, so it does
+// not count as a hand-off (leftWaiter).
 //
 // When a node cannot subscribe (a client without pub/sub, a connection that
 // fails, an ACL that forbids SUBSCRIBE), its messages never come: every
@@ -114,24 +141,45 @@ type notifier struct {
 	started   bool
 	waiters   map[string]*lockWaiter // by channel: the waiters that want to be told
 	handedOff map[string]time.Time   // lock key name → when a Release of this Client woke a waiter
+	left      map[string]*leftWaiter // by channel: waiters of this Client that left, maybe still subscribed
 	subs      []*nodeSub             // by node index; nil for a node without pub/sub
 	done      chan struct{}          // closed by close
 	wg        sync.WaitGroup         // the node goroutines
 }
 
-// nodeSub is one node's pub/sub connection, used by that node's goroutine
-// (run).
+// nodeSub is one node's pub/sub, used by that node's goroutine (run): one
+// connection for a plain node, opened when the Client first waits; for a
+// Redis Cluster used as one node (route), one per master that serves the
+// slot of a key waited for, opened by its first SUBSCRIBE, which the
+// ClusterClient routes by the slot of the channels' hash tag (channelKey).
 type nodeSub struct {
-	idx  int
-	ps   *redis.PubSub
-	kick chan struct{}   // buffered: the set of waiters changed
-	have map[string]bool // channels subscribed or being subscribed; notifier.mu
+	idx   int
+	sub   subscriber
+	route slotRouter      // nil: a plain node
+	kick  chan struct{}   // buffered: the set of waiters changed
+	have  map[string]bool // channels subscribed or being subscribed; notifier.mu
+	// conns are the connections by master address ("" for a plain node's
+	// one); notifier.mu. on is the connection each channel of have was
+	// sent to; only run uses it.
+	conns map[string]*redis.PubSub
+	on    map[string]*redis.PubSub
+}
+
+// leftWaiter is a waiter of this Client that left (its Acquire returned)
+// while it was subscribed on some node: until those nodes have confirmed
+// its UNSUBSCRIBE, a release there may still tell it, the longest waiter,
+// of the release, a hand-off to nobody (notifier.released).
+type leftWaiter struct {
+	name  string    // its lock key name
+	nodes int       // nodes whose UNSUBSCRIBE is not confirmed yet
+	at    time.Time // when it left; once nodes is 0, when the last one confirmed
 }
 
 // lockWaiter is one waiting Acquire. A nil *lockWaiter waits its retry delay
 // only.
 type lockWaiter struct {
 	n        *notifier
+	name     string // the lock key name
 	ch       string
 	presence string // the key's presence channel (waitingChannel)
 	// The fields below are guarded by n.mu.
@@ -193,7 +241,7 @@ func (n *notifier) join(name string) *lockWaiter {
 	if len(n.subs) == 0 {
 		return nil
 	}
-	w := &lockWaiter{n: n, ch: waitChannel(newTicket(), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	w := &lockWaiter{n: n, name: name, ch: waitChannel(newTicket(), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
 	n.list(w)
 	return w
 }
@@ -205,7 +253,8 @@ func (n *notifier) list(w *lockWaiter) {
 	n.kickAll()
 }
 
-// unlist removes w from the waiters to subscribe for. n.mu is held.
+// unlist removes w from the waiters to subscribe for, and records it as
+// left where some node has its channel. n.mu is held.
 func (n *notifier) unlist(w *lockWaiter) {
 	if !w.listed {
 		return
@@ -213,11 +262,45 @@ func (n *notifier) unlist(w *lockWaiter) {
 	w.listed = false
 	clear(w.subscribed)
 	delete(n.waiters, w.ch)
+	k := 0
+	for _, ns := range n.subs {
+		if ns != nil && ns.have[w.ch] {
+			k++
+		}
+	}
+	if k > 0 {
+		if n.left == nil {
+			n.left = make(map[string]*leftWaiter)
+		}
+		now := time.Now()
+		if len(n.left) >= 64 {
+			for ch, l := range n.left {
+				if l.over(now) {
+					delete(n.left, ch)
+				}
+			}
+		}
+		n.left[w.ch] = &leftWaiter{name: w.name, nodes: k, at: now}
+	}
 	n.kickAll()
 }
 
-// start opens a pub/sub connection to every node whose client has one, and
-// starts each node's goroutine. n.mu is held.
+// over reports whether the waiter that left can no longer be told of a
+// release: every node confirmed its UNSUBSCRIBE handoffWindow ago or more
+// (a release's reply may be read after the confirmation of an UNSUBSCRIBE
+// that the node ran after the release), or subscribeTimeout passed since
+// it left (an UNSUBSCRIBE that was never confirmed failed, and a
+// connection that fails loses its subscriptions).
+func (l *leftWaiter) over(now time.Time) bool {
+	if l.nodes > 0 {
+		return now.Sub(l.at) >= subscribeTimeout
+	}
+	return now.Sub(l.at) >= handoffWindow
+}
+
+// start opens a pub/sub connection to every plain node whose client has
+// one (a cluster node's open as its waiters need them), and starts each
+// node's goroutine. n.mu is held.
 func (n *notifier) start() {
 	n.started = true
 	n.waiters = make(map[string]*lockWaiter)
@@ -229,12 +312,19 @@ func (n *notifier) start() {
 		if !ok || isNil(s) {
 			continue
 		}
-		ns := &nodeSub{idx: i, ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
+		ns := &nodeSub{idx: i, sub: s, kick: make(chan struct{}, 1), have: make(map[string]bool),
+			conns: make(map[string]*redis.PubSub), on: make(map[string]*redis.PubSub)}
+		ns.route, _ = s.(slotRouter)
 		n.subs[i] = ns
 		some = true
-		n.wg.Add(2)
+		n.wg.Add(1)
 		go n.run(ns)
-		go n.receive(ns)
+		if ns.route == nil {
+			ps := s.Subscribe(context.Background())
+			ns.conns[""] = ps
+			n.wg.Add(1)
+			go n.receive(ns.idx, ps)
+		}
 	}
 	if !some {
 		n.subs = nil
@@ -279,15 +369,15 @@ const (
 	receiveBackoffMax = 5 * time.Second
 )
 
-// receive is a node's goroutine that reads the node's pub/sub connection:
+// receive is the goroutine that reads one pub/sub connection of node i:
 // release messages and subscription confirmations. It reads directly
 // (PubSub.Receive) rather than through go-redis's Channel, which would add
 // a goroutine hop to every wake-up. It ends once close closed the PubSub.
-func (n *notifier) receive(ns *nodeSub) {
+func (n *notifier) receive(i int, ps *redis.PubSub) {
 	defer n.wg.Done()
 	backoff := receiveBackoff
 	for {
-		m, err := ns.ps.Receive(context.Background())
+		m, err := ps.Receive(context.Background())
 		if err != nil {
 			t := time.NewTimer(backoff)
 			select {
@@ -302,10 +392,13 @@ func (n *notifier) receive(ns *nodeSub) {
 		backoff = receiveBackoff
 		switch m := m.(type) {
 		case *redis.Message:
-			n.deliver(ns.idx, m.Channel, m.Payload)
+			n.deliver(i, m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				n.confirmed(ns.idx, m.Channel)
+			switch m.Kind {
+			case "subscribe":
+				n.confirmed(i, m.Channel)
+			case "unsubscribe":
+				n.unsubscribed(m.Channel)
 			}
 		}
 	}
@@ -341,12 +434,114 @@ func (n *notifier) reconcile(ns *nodeSub) {
 	// next release looks for the lowest ticket. go-redis records the
 	// channels even when the write fails, and subscribes to them again
 	// when it reconnects.
-	if len(drop) > 0 {
-		_ = ns.ps.Unsubscribe(ctx, drop...)
+	for ps, chs := range n.byConn(ns, drop) {
+		_ = ps.Unsubscribe(ctx, chs...)
 	}
-	if len(add) > 0 {
-		_ = ns.ps.Subscribe(ctx, add...)
+	if len(add) == 0 {
+		return
 	}
+	if ns.route == nil {
+		ps := ns.conns[""]
+		for _, ch := range add {
+			ns.on[ch] = ps
+		}
+		_ = ps.Subscribe(ctx, add...)
+		return
+	}
+	n.subscribeRouted(ctx, ns, add)
+}
+
+// byConn takes the channels out of ns.on and groups them by the connection
+// they were sent to.
+func (n *notifier) byConn(ns *nodeSub, chs []string) map[*redis.PubSub][]string {
+	out := make(map[*redis.PubSub][]string)
+	for _, ch := range chs {
+		if ps := ns.on[ch]; ps != nil {
+			out[ps] = append(out[ps], ch)
+		}
+		delete(ns.on, ch)
+	}
+	return out
+}
+
+// subscribeRouted subscribes a cluster node to the channels, each on the
+// connection to the master of its slot, opening that connection if
+// needed. A waiter's channel and its key's presence channel share a slot,
+// so they go in one SUBSCRIBE. A channel whose master is unknown now (the
+// cluster is unreachable) is left out of have, and tried again when the
+// waiters next change; meanwhile its waiter waits its retry delay.
+func (n *notifier) subscribeRouted(ctx context.Context, ns *nodeSub, chs []string) {
+	byAddr := make(map[string][]string)
+	var failed []string
+	for _, ch := range chs {
+		m, err := ns.route.MasterForKey(ctx, ch)
+		if err != nil {
+			failed = append(failed, ch)
+			continue
+		}
+		addr := m.Options().Addr
+		byAddr[addr] = append(byAddr[addr], ch)
+	}
+	for addr, chs := range byAddr {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return
+		}
+		ps, opened := ns.conns[addr], false
+		if ps == nil {
+			// No connection yet: the Subscribe below opens it, to the
+			// master of chs[0]'s slot, and only then does receive read it
+			// (a read first would connect to any node).
+			ps, opened = ns.sub.Subscribe(context.Background()), true
+			ns.conns[addr] = ps
+			n.wg.Add(1) // run's own count is held: close is not waiting at zero
+		}
+		n.mu.Unlock()
+		for _, ch := range chs {
+			ns.on[ch] = ps
+		}
+		_ = ps.Subscribe(ctx, chs...)
+		if opened {
+			go n.receive(ns.idx, ps)
+		}
+	}
+	if len(failed) > 0 {
+		n.mu.Lock()
+		for _, ch := range failed {
+			delete(ns.have, ch)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// unsubscribed records that a node confirmed the UNSUBSCRIBE of a waiter
+// of this Client that left (see leftWaiter).
+func (n *notifier) unsubscribed(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l := n.left[ch]; l != nil && l.nodes > 0 {
+		l.nodes--
+		if l.nodes == 0 {
+			l.at = time.Now()
+		}
+	}
+}
+
+// mayTellLeft reports whether a release of lock key name may have told a
+// waiter of this Client that has left (see leftWaiter), and forgets those
+// that no release can tell any more. n.mu is held.
+func (n *notifier) mayTellLeft(name string) bool {
+	now, may := time.Now(), false
+	for ch, l := range n.left {
+		switch {
+		case l.over(now):
+			delete(n.left, ch)
+		case l.name == name:
+			may = true
+		}
+	}
+	return may
 }
 
 // confirmed records that node i confirmed a waiter's subscription (its
@@ -468,13 +663,20 @@ func (w *lockWaiter) leave() {
 // released turns a release script's reply code from node calls into the
 // vote's: codeHandedOff (the node told a waiter of lock key name) is
 // codeApplied, and is recorded so that this Client's next Acquire of the
-// key waits its turn (yielding).
+// key waits its turn (yielding). Not while a waiter of this Client for the
+// key that has left may still be subscribed (mayTellLeft): the message
+// may have gone to it, which wants the key no more, and the next Acquire
+// would wait for nobody.
 func (n *notifier) released(name string, code int64) int64 {
 	if code != codeHandedOff {
 		return code
 	}
 	now := time.Now()
 	n.mu.Lock()
+	if n.mayTellLeft(name) {
+		n.mu.Unlock()
+		return codeApplied
+	}
 	if n.handedOff == nil {
 		n.handedOff = make(map[string]time.Time)
 	}
@@ -517,22 +719,26 @@ func (n *notifier) close() {
 		return
 	}
 	n.closed = true
-	started := n.started
-	subs := n.subs
+	var conns []*redis.PubSub
+	for _, ns := range n.subs {
+		if ns != nil {
+			for _, ps := range ns.conns {
+				conns = append(conns, ps)
+			}
+		}
+	}
 	for _, w := range n.waiters {
 		select {
 		case w.wake <- struct{}{}:
 		default:
 		}
 	}
-	if started {
+	if n.started {
 		close(n.done)
 	}
 	n.mu.Unlock()
-	for _, ns := range subs {
-		if ns != nil {
-			_ = ns.ps.Close()
-		}
+	for _, ps := range conns {
+		_ = ps.Close()
 	}
 	n.wg.Wait()
 }

@@ -583,7 +583,7 @@ func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
 		for _, name := range names {
 			// A waiter's channel and its key's presence channel, as a
 			// waiting Client subscribes them.
-			chs = append(chs, "redlock:wait:"+ticket+":"+name, "redlock:waiting:"+name)
+			chs = append(chs, redlock.WaitChannel(ticket, name), redlock.WaitingChannel(name))
 		}
 		ps := p.Subscribe(ctx, chs...)
 		defer ps.Close()
@@ -610,7 +610,7 @@ func TestRealRedis_ReleaseWakesOnlyItsKeysWaiterWhateverGlob(t *testing.T) {
 			}
 			msg, ok := m.(*redis.Message)
 			require.True(t, ok, "%T", m)
-			require.Equal(t, "redlock:wait:"+ticket+":"+name, msg.Channel, "node %d: a release of %q told another key's waiter", i, name)
+			require.Equal(t, redlock.WaitChannel(ticket, name), msg.Channel, "node %d: a release of %q told another key's waiter", i, name)
 			got++
 		}
 		require.Equal(t, len(subs), got, "a release of %q told its waiter on every node", name)
@@ -767,7 +767,7 @@ func TestRealRedis_ReleaseWalksChannelsOnlyWhenSomebodyWaits(t *testing.T) {
 	assert.Equal(t, before, calls("pubsub|channels"), "nobody waits: no walk of the channels")
 	assert.Greater(t, calls("pubsub|numsub"), numsub, "the presence check ran")
 
-	ps := rc.plain[0].Subscribe(ctx, "redlock:waiting:other") // a waiter of another key
+	ps := rc.plain[0].Subscribe(ctx, redlock.WaitingChannel("other")) // a waiter of another key
 	defer ps.Close()
 	_, err := ps.Receive(ctx)
 	require.NoError(t, err)
@@ -777,7 +777,7 @@ func TestRealRedis_ReleaseWalksChannelsOnlyWhenSomebodyWaits(t *testing.T) {
 	release("report")
 	assert.Equal(t, before, calls("pubsub|channels"), "another key's waiter: still no walk")
 
-	ps2 := rc.plain[0].Subscribe(ctx, "redlock:waiting:report") // a waiter of this key
+	ps2 := rc.plain[0].Subscribe(ctx, redlock.WaitingChannel("report")) // a waiter of this key
 	defer ps2.Close()
 	_, err = ps2.Receive(ctx)
 	require.NoError(t, err)
@@ -786,4 +786,46 @@ func TestRealRedis_ReleaseWalksChannelsOnlyWhenSomebodyWaits(t *testing.T) {
 	rc.rl = rl
 	release("report")
 	assert.Equal(t, before+1, calls("pubsub|channels"), "somebody waits for the key: one walk")
+}
+
+// A release that reaches a node before the UNSUBSCRIBE of a waiter of the
+// same Client that gave up (its Acquire was canceled) tells that waiter,
+// the longest on the node, of the release: a hand-off to nobody. The
+// releasing Client's next Acquire of the now free key must not yield to it
+// (before the fix it waited its retry delay, 125-250 ms with DefaultRetry,
+// past its 100 ms deadline, then failed with every node "canceled"): it
+// takes the key with its first attempt, round after round. Each round
+// releases right after the canceled Acquire returned, while the waiter's
+// UNSUBSCRIBE is on its way; TryAcquire, which never yields, got the key
+// in every round before the fix too.
+func TestAcquire_AbortedHandOffDoesNotDelayTheReleaser(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		for round := range 20 {
+			held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+			require.NoError(t, err, "round %d", round)
+			wctx, cancel := context.WithCancel(ctx)
+			gaveUp := make(chan error, 1)
+			go func() {
+				_, err := c.rl.Acquire(wctx, "job", time.Minute)
+				gaveUp <- err
+			}()
+			time.Sleep(time.Second)
+			synctest.Wait()
+			require.Equal(t, []int{1, 1, 1}, c.numWaiting("job"), "round %d: the waiter is subscribed on every node", round)
+			cancel()
+			require.ErrorIs(t, <-gaveUp, context.Canceled, "round %d", round)
+			require.NoError(t, held.Release(ctx), "round %d", round)
+
+			actx, acancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			l, err := c.rl.Acquire(actx, "job", time.Minute)
+			acancel()
+			require.NoError(t, err, "round %d: the key is free", round)
+			require.Equal(t, 1, l.Attempts(), "round %d: taken by the first attempt", round)
+			require.NoError(t, l.Release(ctx), "round %d", round)
+			synctest.Wait()
+		}
+	})
 }

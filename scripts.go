@@ -329,13 +329,13 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 // luaWakeNext is the release scripts' wake-up (notify.go): wakeNext(key,
 // owner), called where the key was deleted, publishes the SHA1 of the
 // released owner value to the channel of the key's waiter with the lowest
-// ticket on this node (waitChannel: the fixed-length ticket is matched by
-// '?', the key's glob characters are escaped) and returns 2; with no waiter
-// it publishes nothing and returns 1. The wake-up is a hint: where PUBSUB
-// or PUBLISH fails (an ACL without @pubsub, a renamed command) it returns 1
-// (redis.pcall), since the key was deleted all the same; with redis.call the
-// error ended the script after its DEL, and the release counted a node that
-// applied it as failed.
+// ticket on this node (waitChannel: the key with its hash tag, channelKey;
+// the fixed-length ticket is matched by '?', the key's glob characters are
+// escaped) and returns 2; with no waiter it publishes nothing and returns
+// 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
+// @pubsub, a renamed command) it returns 1 (redis.pcall), since the key was
+// deleted all the same; with redis.call the error ended the script after
+// its DEL, and the release counted a node that applied it as failed.
 //
 // Cost: first PUBSUB NUMSUB of the key's presence channel (waitingChannel),
 // one lookup: a key nobody waits for stops there. Only then PUBSUB CHANNELS
@@ -351,6 +351,9 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 // do the node's other commands, which wait behind the script.
 const luaWakeNext = `
 local function wakeNext(key, owner)
+  local o = string.find(key, '{', 1, true)
+  local c = o and string.find(key, '}', o + 1, true)
+  if not (c and c > o + 1) then key = '{' .. key .. '}' end
   local s = redis.pcall('PUBSUB', 'NUMSUB', 'redlock:waiting:' .. key)
   if type(s) ~= 'table' or s.err or s[2] == 0 then return 1 end
   local p = 'redlock:wait:' .. string.rep('?', 24) .. ':' .. (string.gsub(key, '[%*%?%[%]\\]', '\\%0'))

@@ -64,7 +64,13 @@ Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
 passwords there, not on the command line). Use an odd number of independent
 masters, e.g. 3 or 5; two URLs for one server (127.0.0.1 and localhost, or
-two database numbers) are refused.
+two database numbers), and an empty entry ("a,,b"), are refused.
+
+Warnings: fewer than 3 nodes, and each node that failed while the lock was
+taken or found busy (an error such as WRONGPASS, a host that does not
+resolve, a node down or too slow), get one "redlock exec: warning:" line on
+stderr, also when COMMAND runs and with --busy-exit 0: the lock still
+works, but one more node down may stop it. --no-warnings silences them.
 
 Once per cron tick, with --min-hold:
   With the same crontab on several hosts, a job shorter than the hosts' skew
@@ -95,7 +101,7 @@ Exit status:
   70                internal error
   75                the lock is busy: another holder kept it for all of
                     --wait (change with --busy-exit, e.g. 0 for cron); prints
-                    nothing unless -v
+                    nothing unless -v, but the warnings above
   79                the lock was lost while COMMAND ran; COMMAND was stopped
   126, 127          COMMAND could not be started, or was not found
   129, 130, 131, 143
@@ -132,6 +138,7 @@ type execFlags struct {
 	fenceEnv         string
 	busyExit         int
 	verbose          bool
+	noWarnings       bool
 	command          []string
 }
 
@@ -143,17 +150,18 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	fs.StringVar(&f.key, "key", "", "the lock's key on the nodes (required)")
-	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
-	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
-	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
-	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
-	fs.DurationVar(&f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
+	durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
+	durationVar(fs, &f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
+	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
+	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
+	durationVar(fs, &f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
+	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
 	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release, a busy lock and COMMAND's status to stderr")
+	fs.BoolVar(&f.noWarnings, "no-warnings", false, "print no warning about fewer than 3 nodes or about nodes that failed while the lock was taken (see above)")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
@@ -166,11 +174,18 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		return f, exitUsage, false
 	}
 	f.command = fs.Args()
+	source := "--nodes"
 	if *nodes == "" {
-		*nodes = os.Getenv(nodesEnv)
+		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	f.nodes = splitNodes(*nodes)
-	if err := f.check(); err != nil {
+	var err error
+	f.nodes, err = splitNodes(*nodes)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", source, err)
+	} else {
+		err = f.check()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %v\nRun 'redlock exec --help' for usage.\n", err)
 		return f, exitUsage, false
 	}
@@ -189,8 +204,19 @@ func (f execFlags) check() error {
 		return errors.New("--key is required")
 	case len(f.command) == 0:
 		return errors.New("no COMMAND given")
-	case f.wait < 0 || f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0 || f.minHold < 0:
-		return errors.New("--wait, --grace, --extend-every, --node-timeout, --quarantine and --min-hold must not be negative")
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--wait", f.wait}, {"--grace", f.grace}, {"--extend-every", f.extendEvery},
+		{"--node-timeout", f.nodeTimeout}, {"--quarantine", f.quarantine}, {"--min-hold", f.minHold},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("%s %v must not be negative", d.flag, d.value)
+		}
+	}
+	switch {
 	case f.releaseOnFailure && f.minHold == 0:
 		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
 	case f.busyExit < 0 || f.busyExit > 255:
@@ -252,24 +278,31 @@ func (nopLogger) Printf(context.Context, string, ...any) {}
 func printHelp(w io.Writer, fs *flag.FlagSet, help string) {
 	fmt.Fprint(w, help)
 	fs.SetOutput(w)
-	fs.PrintDefaults()
+	printDefaults(fs)
 }
 
 // splitNodes splits a comma-separated node list; "host:port" means
-// "redis://host:port".
-func splitNodes(s string) []string {
-	var out []string
-	for _, n := range strings.Split(s, ",") {
+// "redis://host:port". A list of blanks is no node. An empty entry ("a,,b",
+// or a comma at either end) is an error, not skipped: it is a slip that
+// would leave a node out of the quorum without a word. The error names
+// the entry by its index, never the list, which may hold passwords.
+func splitNodes(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for i, n := range parts {
 		n = strings.TrimSpace(n)
 		if n == "" {
-			continue
+			return nil, fmt.Errorf("node %d of %d is empty (two commas in a row, or a comma at an end)", i, len(parts))
 		}
 		if !strings.Contains(n, "://") {
 			n = "redis://" + n
 		}
 		out = append(out, n)
 	}
-	return out
+	return out, nil
 }
 
 // contactTimeout is the per-node timeout of the CLI's own requests (INFO
@@ -320,6 +353,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
+	f.warnFewNodes(stderr)
 	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr)...)
 	if client == nil {
 		return code
@@ -331,6 +365,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if lock == nil {
 		return code
 	}
+	f.warnNodes(stderr, conns, lock.Nodes())
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)
@@ -531,7 +566,11 @@ func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, 
 		return exitUsage
 	case errors.Is(err, redlock.ErrTaken), ctx.Err() != nil:
 		// Silent by default: the normal outcome on every host but one of a
-		// cron job, and cron mails any output.
+		// cron job, and cron mails any output. A failing node is not
+		// "busy": it is reported all the same.
+		if errors.As(err, &qe) && errors.Is(err, redlock.ErrTaken) {
+			f.warnNodes(stderr, conns, qe.Nodes)
+		}
 		if f.verbose {
 			fmt.Fprintf(stderr, "redlock exec: lock busy: %v\n", err)
 		}
@@ -543,6 +582,33 @@ func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, 
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))
 	return exitSoftware
+}
+
+// warnFewNodes warns, unless --no-warnings, when fewer than 3 nodes are
+// given: a majority of 1 or 2 nodes is all of them, so one node down stops
+// the lock.
+func (f execFlags) warnFewNodes(stderr io.Writer) {
+	if f.noWarnings || len(f.nodes) >= 3 {
+		return
+	}
+	what := "a single node: the lock is down whenever it is"
+	if len(f.nodes) == 2 {
+		what = "2 nodes: the lock needs both (a majority of 2), so either one down stops it"
+	}
+	fmt.Fprintf(stderr, "redlock exec: warning: %s; use an odd number of independent masters, at least 3\n", what)
+}
+
+// warnNodes prints, unless --no-warnings, one warning line per node that
+// failed in the acquisition whose outcomes are nodes (nodeConns.failures):
+// the lock was taken, or found busy, without it, and one node less can
+// stop the next run.
+func (f execFlags) warnNodes(stderr io.Writer, conns *nodeConns, nodes []redlock.NodeResult) {
+	if f.noWarnings {
+		return
+	}
+	for _, line := range conns.failures(nodes) {
+		fmt.Fprintf(stderr, "redlock exec: warning: %s\n", line)
+	}
 }
 
 // forwardedSignals are the signals redlock exec passes on to COMMAND.

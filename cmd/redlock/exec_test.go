@@ -290,7 +290,9 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, `key "job": free on all 3 nodes`)
 
-	rl, err := redlock.Dial(splitNodes(nodes))
+	urls, err := splitNodes(nodes)
+	require.NoError(t, err)
+	rl, err := redlock.Dial(urls)
 	require.NoError(t, err)
 	defer rl.Close()
 	l, err := rl.Acquire(ctx, "job", time.Minute)
@@ -306,7 +308,7 @@ func TestStatus(t *testing.T) {
 	assert.Regexp(t, `^NODE\s+HELD\s+OWNER\s+TTL\s+FENCE\s+QUARANTINE\s+ERROR$`, lines[1])
 	assert.Regexp(t, `^127\.0\.0\.1:\d+/0\s+yes\s+\S{6}…\s+(59\.\d+|1m0)s?\s+\d+\s`, lines[2])
 
-	guarded, err := redlock.Dial(splitNodes(nodes), redlock.WithQuarantine(time.Minute))
+	guarded, err := redlock.Dial(urls, redlock.WithQuarantine(time.Minute))
 	require.NoError(t, err)
 	defer guarded.Close()
 	g, err := guarded.Acquire(ctx, "guarded", time.Minute)

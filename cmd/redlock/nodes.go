@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +26,9 @@ type nodeConns struct {
 	clients   []*redis.Client
 	passwords []string // to keep them out of every message
 	timeout   time.Duration
+	// contact is, by node, the error of the first contact (checkDistinct),
+	// nil where the node answered.
+	contact []error
 }
 
 // dialNodes connects to the nodes of urls (already accepted by redlock.Dial)
@@ -78,7 +82,7 @@ var errSameServer = errors.New("the same Redis server")
 // answer now cannot be checked; they do not make it fail.
 func (n *nodeConns) checkDistinct(ctx context.Context) error {
 	ids := make([]string, len(n.clients))
-	n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
+	n.contact = n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
 		if err == nil {
 			ids[i] = infoField(info, "run_id")
@@ -139,6 +143,46 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// failures describes, one line each, the nodes that failed in an
+// acquisition whose outcomes are nodes: those that answered with an error
+// (WRONGPASS, NOAUTH, ...), could not be reached, or did not answer within
+// the per-node timeout, in describeNodes' words ("NODE: OUTCOME: ERROR"),
+// as `redlock status` shows them. A node the vote was decided without
+// (pending) is described by its answer at first contact, moments before,
+// when that was a failure: its answer to the acquisition is not awaited
+// (the job would wait for it), and a node that answered at first contact
+// is not reported.
+func (n *nodeConns) failures(nodes []redlock.NodeResult) []string {
+	var out []string
+	for i, r := range nodes {
+		switch r.Outcome {
+		case redlock.OutcomeError, redlock.OutcomeUnreachable, redlock.OutcomeTimedOut:
+			out = append(out, fmt.Sprintf("node %s: %s: %s", r.Node, r.Outcome, n.redact(nodeError(r.Err))))
+		case redlock.OutcomePending:
+			// The library reports the nodes in the order they were given.
+			if i < len(n.contact) && n.contact[i] != nil && r.Node == n.names[i] {
+				err := n.contact[i]
+				out = append(out, fmt.Sprintf("node %s: %s: %s (at first contact; the lock's vote did not wait for it)", r.Node, contactOutcome(err), n.redact(nodeError(err))))
+			}
+		}
+	}
+	return out
+}
+
+// contactOutcome classifies an error of the first contact with a node as
+// the library classifies a node's answer (redlock.Outcome).
+func contactOutcome(err error) redlock.Outcome {
+	var reply redis.Error
+	var ne net.Error
+	switch {
+	case errors.As(err, &reply):
+		return redlock.OutcomeError
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return redlock.OutcomeTimedOut
+	}
+	return redlock.OutcomeUnreachable
 }
 
 // nodeError is a node's error as a person reads it. Redis 7 refuses a long

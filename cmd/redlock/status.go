@@ -66,9 +66,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	key := fs.String("key", "", "the lock's key on the nodes (required)")
-	timeout := fs.Duration("timeout", time.Second, "per-node timeout")
+	timeout := durationFlagOf(fs, "timeout", time.Second, "per-node timeout")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	quarantine := fs.Duration("quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
+	quarantine := durationFlagOf(fs, "quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}
@@ -84,11 +84,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "redlock status: "+format+"\nRun 'redlock status --help' for usage.\n", a...)
 		return exitUsage
 	}
+	source := "--nodes"
 	if *nodes == "" {
-		*nodes = os.Getenv(nodesEnv)
+		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	urls := splitNodes(*nodes)
+	urls, err := splitNodes(*nodes)
 	switch {
+	case err != nil:
+		return bad("%s: %v", source, err)
 	case len(urls) == 0:
 		return bad("no nodes: give --nodes or set $%s", nodesEnv)
 	case *key == "":
@@ -114,7 +117,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	for i := range states {
 		if states[i].Err != nil {
-			states[i].Err = errors.New(conns.redact(states[i].Err.Error()))
+			// In the words exec's warnings and messages use (nodeError).
+			states[i].Err = errors.New(conns.redact(nodeError(states[i].Err)))
 		}
 	}
 	sum := summarize(states, client.Quorum())

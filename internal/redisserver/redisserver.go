@@ -82,6 +82,9 @@ type Options struct {
 	// StartTimeout bounds how long Start and Restart wait for the server to
 	// answer PING; 0 means 5 s.
 	StartTimeout time.Duration
+	// Args are more redis-server arguments, put after the package's own
+	// (a later option wins), e.g. "--cluster-enabled", "yes".
+	Args []string
 }
 
 // proc is one started redis-server process.
@@ -334,7 +337,7 @@ func (s *Server) args(port int) []string {
 	if s.opt.EnableDebug {
 		a = append(a, "--enable-debug-command", "local")
 	}
-	return a
+	return append(a, s.opt.Args...)
 }
 
 // launch starts one process on port and waits until it is verified. On

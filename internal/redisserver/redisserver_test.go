@@ -81,6 +81,19 @@ func TestStartSetGet(t *testing.T) {
 	assert.Equal(t, "v", got)
 }
 
+// Options.Args reach the server's command line, after the package's own.
+func TestArgsReachTheServer(t *testing.T) {
+	s := start(t, Options{Args: []string{"--maxclients", "1234", "--save", "60 1"}})
+	rdb := client(t, s.Addr(), time.Second)
+	ctx := t.Context()
+	got, err := rdb.ConfigGet(ctx, "maxclients").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "1234", got["maxclients"])
+	got, err = rdb.ConfigGet(ctx, "save").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "60 1", got["save"], "a later option wins over the package's --save \"\"")
+}
+
 func TestPidMatchesInfo(t *testing.T) {
 	s := start(t, Options{})
 	rdb := client(t, s.Addr(), time.Second)
