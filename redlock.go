@@ -496,7 +496,7 @@ func (c *Client) Close() error {
 // per-node timeout), and Close waits for them. opts override
 // the client's options for this call; Acquire does not modify the slice.
 //
-// Waiting (issue 12): between attempts, Acquire is also told when the key
+// Waiting: between attempts, Acquire is also told when the key
 // is released. After its first failed attempt it takes a ticket (its start
 // time) and subscribes to a channel of its own on every node, on one pub/sub
 // connection per node that the Client opens the first time one of its calls

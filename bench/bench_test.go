@@ -1,6 +1,6 @@
 package bench
 
-// Side-by-side benchmarks, cases 1-7 of issue 6 (see docs/performance.md).
+// Side-by-side benchmarks, cases 1-7 (see docs/performance.md).
 // Run them all with ./run.sh. Every case runs every library in the same
 // process on the same redis-server nodes; metrics besides ns/op, B/op and
 // allocs/op are reported with b.ReportMetric:

@@ -1,6 +1,6 @@
 package bench
 
-// Cases added by issue 12: a burst of acquisitions on free keys (does the
+// Cases 8 and 9: a burst of acquisitions on free keys (does the
 // client's own queueing make healthy nodes look timed out?) and the memory
 // one long Acquire holds while it keeps failing.
 
@@ -58,7 +58,8 @@ func dialOurs(b *testing.B, srv []*Server, opts ...redlock.Option) *redlock.Clie
 // reported timed out in acquisition attempts: every node is healthy and
 // local, so each one is the client's own queueing), burst-ms (wall time of
 // one burst, p50 over bursts), fails (calls that did not acquire within
-// 30 s) and rel-fails (releases that failed otherwise than ErrNotHeld). ttl=2s is the issue's case (per-node timeout 20 ms by default);
+// 30 s) and rel-fails (releases that failed otherwise than ErrNotHeld).
+// ttl=2s is a short TTL (per-node timeout 100 ms, the default's floor);
 // ttl=15s (150 ms) is the control.
 func BenchmarkBurst(b *testing.B) {
 	srv := nodes(b, burstNodes)

@@ -17,7 +17,8 @@ import (
 	"github.com/d3b93e30/redlock"
 )
 
-// The settings every library gets (see docs/performance.md, "Settings").
+// The settings every library gets (see docs/performance.md, "Libraries and
+// settings").
 const (
 	// TTL of every lock, for every library.
 	TTL = 10 * time.Second

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every side-by-side benchmark once (cases 1-7 of issue 6) and prints
+# Runs every side-by-side benchmark once (cases 1-9) and prints
 # the tables, the ratios within this run and the targets met or missed.
 #
 #   bench/run.sh                     # everything, about 2 minutes on 2 cores

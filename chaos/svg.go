@@ -220,7 +220,7 @@ func (l *svgLayout) layOutFaults(h *History) {
 		st, en := make([]float64, len(fs)), make([]float64, len(fs))
 		for i, f := range fs {
 			st[i] = l.sc.x(f.From)
-			en[i] = max(l.sc.x(f.To), st[i]+2, st[i]+svgTextWidth(f.What, 10)+8)
+			en[i] = max(l.sc.x(f.To), st[i]+2, st[i]+svgTextWidth(f.What+svgFaultSpan(f), 10)+8)
 		}
 		rows, n := svgAssignRows(st, en)
 		for i, f := range fs {
@@ -330,9 +330,26 @@ func (l *svgLayout) faults(b *bytes.Buffer, h *History) {
 				fmt.Fprintf(b, `<g class="fault"><title>%s</title><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.35" stroke="%s" stroke-width="1"/>`,
 					svgEsc(tip), x0, top, max(x1-x0, 2), svgNodeRow-4, col, col)
 			}
-			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" fill="%s">%s</text></g>`+"\n", x0+4, top+10.5, svgColText, svgEsc(f.What))
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" fill="%s">%s<tspan class="fault-span" fill="%s">%s</tspan></text></g>`+"\n",
+				x0+4, top+10.5, svgColText, svgEsc(f.What), svgColNote, svgEsc(svgFaultSpan(f)))
 		}
 	}
+}
+
+// svgFaultSpan says when a fault happened, for its label: " at 0.54 ms" for
+// an instantaneous fault, " from 87 ms" for one that lasted to the end of
+// the trial, else " 0.005–0.54 ms". A fault of a fraction of a millisecond
+// (the partition in the amnesia scenarios, cut at the start and healed once
+// the first holder acquired) is a sliver on a picture a second wide: the
+// label gives its duration.
+func svgFaultSpan(f oracle.FaultRecord) string {
+	switch {
+	case f.To == f.From:
+		return " at " + svgFmtMS(f.From) + " ms"
+	case f.Open:
+		return " from " + svgFmtMS(f.From) + " ms"
+	}
+	return " " + svgFmtMS(f.From) + "–" + svgFmtMS(f.To) + " ms"
 }
 
 // holds writes each hold's believed-held bar, and the hatched part it acted

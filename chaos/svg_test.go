@@ -202,3 +202,30 @@ func TestSVGWriterError(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "disk full"))
 }
+
+// A fault much shorter than the trial, such as the amnesia scenarios'
+// partition (cut at the start, healed once the first holder acquired,
+// half a millisecond later), is a sliver on the picture: its label says
+// when it began and ended, so the picture shows how long it lasted. So do
+// instantaneous faults and faults that last to the end.
+func TestSVGFaultLabelsGiveTheirSpan(t *testing.T) {
+	o := oracle.NewOracle()
+	o.Declare(1, 5)
+	at := func(us int) time.Time { return o.Start().Add(time.Duration(us) * time.Microsecond) }
+	o.Fault(3, "partitioned", at(5), at(540))
+	o.Fault(0, "amnesia", at(542), at(542))
+	o.Fault(4, "killed", at(87_000), time.Time{})
+	h := o.Acquired(0, 1, at(535), at(988_000), 500*time.Microsecond, 1)
+	o.Released(h, at(995_000))
+
+	var buf bytes.Buffer
+	require.NoError(t, WriteSVG(&buf, "amnesia", o.History()))
+	var spans []string
+	for _, e := range svgParse(t, buf.Bytes()) {
+		if e.name == "tspan" && e.attrs["class"] == "fault-span" {
+			assert.Equal(t, "fault", e.group)
+			spans = append(spans, e.text)
+		}
+	}
+	assert.ElementsMatch(t, []string{" 0.005–0.54 ms", " at 0.542 ms", " from 87 ms"}, spans)
+}

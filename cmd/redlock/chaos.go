@@ -11,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,8 +41,10 @@ const chaosHelp = `Usage: redlock chaos [flags]
 Runs failure-mode scenarios against a Redlock cluster and prints, for each,
 how many locks were taken, how many times two holders overlapped, how many
 stale writes a plain and a fenced resource accepted, whether fencing tokens
-rose in the order the holders held the lock, the acquire latency, and the
-expected and observed verdicts, with a legend and each scenario's reason.
+rose in the order the holders held the lock, and the expected and observed
+verdicts, with a legend; the output fits 80 columns. -v adds each trial's
+progress, the trials, the backend and the acquire latency, and each
+scenario's reason; --json and --svg give every detail.
 Exits 1 if any observed verdict differs from the expected one, or if every
 scenario was skipped.
 
@@ -73,6 +77,7 @@ type chaosFlags struct {
 	list        bool
 	redisBinary string
 	quiet       bool
+	verbose     bool
 	mutants     bool
 	timeScale   float64
 }
@@ -115,6 +120,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.BoolVar(&f.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fs.BoolVar(&f.verbose, "v", false, "verbose: each trial's progress, and a wide table with trials, backend, latency and each scenario's reason")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, from 1 to 100, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
 	if err := fs.Parse(args); err != nil {
@@ -184,10 +190,20 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	redis.SetLogger(quietLogger{})
 	progress := func(line string) {
 		if !f.quiet {
-			fmt.Fprintln(stderr, line)
+			// A line's leading spaces indent it; its continuation lines
+			// go 4 further.
+			lead := line[:len(line)-len(strings.TrimLeft(line, " "))]
+			for _, l := range wrap(line, lead, lead+"    ", termWidth) {
+				fmt.Fprintln(stderr, l)
+			}
 		}
 	}
-	progress(fmt.Sprintf("redlock chaos: %d scenarios × %d trials on %d %s nodes, seed %d, time scale %v", len(scenarios), f.trials, f.nodes, backend, f.seed, f.timeScale))
+	what := plural(len(scenarios), "scenario") + " × " + plural(f.trials, "trial")
+	if f.mutants {
+		what = "the mutant catalogue"
+	}
+	progress(fmt.Sprintf("redlock chaos: %s on %s", what, plural(f.nodes, string(backend)+" node")))
+	progress(fmt.Sprintf("redlock chaos: seed %d, time scale %v", f.seed, f.timeScale))
 
 	cluster, err := chaos.NewCluster(ctx, chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary})
 	if err != nil {
@@ -234,7 +250,11 @@ func runScenarios(ctx context.Context, cluster *chaos.Cluster, scenarios []chaos
 	var results []chaos.Result
 	for i, s := range scenarios {
 		progress(fmt.Sprintf("[%d/%d] %s: %s", i+1, len(scenarios), s.Name, s.Summary))
-		res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, func(line string) { progress("        " + line) })
+		var trialProgress func(string)
+		if f.verbose {
+			trialProgress = func(line string) { progress("        " + line) }
+		}
+		res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, trialProgress)
 		if err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: %s: %v\n", s.Name, err)
 			return nil, false
@@ -280,8 +300,10 @@ func reportChaos(results []chaos.Result, f chaosFlags, backend chaos.Backend, st
 			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 			return exitMismatch
 		}
+	} else if f.verbose {
+		printWideTable(stdout, results, f.seed)
 	} else {
-		printTable(stdout, results, f.seed)
+		printTable(stdout, results, f.seed, f.trials, f.nodes, backend)
 	}
 	switch {
 	case sum.mismatched > 0:
@@ -326,9 +348,91 @@ func (s chaosSummary) line() string {
 	return out
 }
 
-// printTable prints one row per scenario, the legend, each scenario's
-// reason and the final line.
-func printTable(w io.Writer, results []chaos.Result, seed uint64) {
+// termWidth is the width the default output of `redlock chaos` fits in.
+const termWidth = 80
+
+// printTable prints the default report, every line at most termWidth
+// columns: one row per scenario, the legend, the notes and the final line.
+func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes int, backend chaos.Backend) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tLOCKS\tOVERLAPS\tSTALE P/F\tTOKENS\tEXPECT\tOBSERVED")
+	mismatch := false
+	for _, r := range results {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\tskipped\n", r.Scenario, r.Expect)
+			continue
+		}
+		observed := string(r.Observed)
+		if r.Mismatch() {
+			observed += " !"
+			mismatch = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\n", r.Scenario, r.Acquisitions, r.Violations,
+			r.StalePlain, r.StaleFenced, tokenOrder(r), r.Expect, observed)
+	}
+	tw.Flush()
+	if mismatch {
+		buf.WriteString("! the observed verdict differs from the expected one: see the notes\n")
+	}
+	buf.WriteString(chaosShortLegend)
+	var notes []string
+	for _, r := range results {
+		if r.Skipped != "" {
+			notes = append(notes, r.Scenario+": skipped: "+r.Skipped)
+		}
+		for _, n := range r.Notes {
+			notes = append(notes, r.Scenario+": "+n)
+		}
+	}
+	if len(notes) > 0 {
+		buf.WriteString("\nNotes:\n")
+		for _, n := range notes {
+			writeWrapped(&buf, n, "  ", "    ")
+		}
+	}
+	fmt.Fprintf(&buf, "\n%s per scenario (up to %d for an expected-unsafe one).\n", plural(trials, "trial"), chaos.UnsafeTrialLimit)
+	buf.WriteString("-v adds trials, latency and why each verdict is expected; --json gives all.\n")
+	fmt.Fprintf(&buf, "seed %d on %s\n%s\n", seed, plural(nodes, string(backend)+" node"), summarizeChaos(results).line())
+	writeTrimmed(w, buf.Bytes())
+}
+
+// plural returns "1 trial", "2 trials".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// tokenOrder is a result's TOKEN ORDER cell: "ok", or "N out".
+func tokenOrder(r chaos.Result) string {
+	if r.TokenOrder > 0 {
+		return fmt.Sprintf("%d out", r.TokenOrder)
+	}
+	return "ok"
+}
+
+// chaosShortLegend explains the default table's columns and verdicts in
+// termWidth columns.
+var chaosShortLegend = `
+LOCKS      locks taken, all trials together
+OVERLAPS   pairs of holders whose holds overlapped (mutual exclusion broken)
+STALE P/F  writes a resource accepted from a holder after it had accepted one
+           from a later holder: P the plain resource, which checks nothing;
+           F the fenced one, fencing.Guard (refuses a lower token)
+TOKENS     ok when each holder's fencing token was above the previous
+           holder's; "N out" counts the pairs where it was not
+safe       no trial had an overlap or a stale write; every check held
+unsafe     some trial broke mutual exclusion: expected only where Redlock
+           documents the limit (docs/safety.md)
+broken     a promise of the library failed: see the notes
+skipped    cannot run on this backend or number of nodes; not a pass
+`
+
+// printWideTable prints the -v report: one wide row per scenario, the
+// legend, each scenario's reason and the final line.
+func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED")
@@ -341,46 +445,82 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64) {
 		if r.Mismatch() {
 			observed += "  << MISMATCH"
 		}
-		order := "ok"
-		if r.TokenOrder > 0 {
-			order = fmt.Sprintf("%d out", r.TokenOrder)
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
-			r.Violations, r.StalePlain, r.StaleFenced, order, fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
+			r.Violations, r.StalePlain, r.StaleFenced, tokenOrder(r), fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
 	}
 	tw.Flush()
 	buf.WriteString(chaosLegend)
 	buf.WriteString("\nWhy each verdict is expected:\n")
 	for _, r := range results {
-		fmt.Fprintf(&buf, "  %s: %s\n", r.Scenario, r.Why)
+		writeWrapped(&buf, r.Scenario+": "+r.Why, "  ", "    ")
 		if r.Skipped != "" {
-			fmt.Fprintf(&buf, "    skipped: %s\n", r.Skipped)
+			writeWrapped(&buf, "skipped: "+r.Skipped, "    ", "      ")
 		}
 		for _, n := range r.Notes {
-			fmt.Fprintf(&buf, "    note: %s\n", n)
+			writeWrapped(&buf, "note: "+n, "    ", "      ")
 		}
 	}
 	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
 }
 
-// chaosLegend explains the table's columns and verdicts.
+// chaosLegend explains the wide table's columns and verdicts.
 var chaosLegend = fmt.Sprintf(`
-TRIALS              trials run (a scenario expected unsafe runs more, up to %d, until one shows it)
+TRIALS              trials run (an expected-unsafe scenario runs more, up to
+                    %d, until one shows it)
 ACQUIRED            locks taken, all trials together
-VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion broken)
-STALE PLAIN/FENCED  writes a resource accepted from a holder after it had accepted one from a
-                    later holder: the plain resource checks nothing; the fenced one is
-                    fencing.Guard (refuses a lower token, accepts an equal one)
-TOKEN ORDER         ok when each holder's fencing token was above the previous holder's;
-                    "N out" counts the pairs where it was not
+VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion
+                    broken)
+STALE PLAIN/FENCED  writes a resource accepted from a holder after it had
+                    accepted one from a later holder: the plain resource
+                    checks nothing; the fenced one is fencing.Guard (refuses
+                    a lower token, accepts an equal one)
+TOKEN ORDER         ok when each holder's fencing token was above the
+                    previous holder's; "N out" counts the pairs where it was
+                    not
 P50, P99            acquire latency of the successful calls
-safe                no trial had a violation or a stale write, and every check of the scenario held
-unsafe              some trial broke mutual exclusion: expected only where Redlock documents the limit
-broken              a promise of the library failed (the fenced resource took a stale write,
-                    tokens out of order, a lock handed out without validity, ...): see the notes
-skipped             the scenario cannot run on this backend or number of nodes; not a pass
+safe                no trial had a violation or a stale write, and every
+                    check of the scenario held
+unsafe              some trial broke mutual exclusion: expected only where
+                    Redlock documents the limit
+broken              a promise of the library failed (the fenced resource took
+                    a stale write, tokens out of order, a lock handed out
+                    without validity, ...): see the notes
+skipped             the scenario cannot run on this backend or number of
+                    nodes; not a pass
 `, chaos.UnsafeTrialLimit)
+
+// wrap breaks text at spaces into lines of at most width columns (runes),
+// the first line starting with first, the others with indent. A word longer
+// than a line stays whole.
+func wrap(text, first, indent string, width int) []string {
+	var lines []string
+	line, prefix := "", first
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+			line = prefix + word
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			prefix = indent
+			line = prefix + word
+		}
+	}
+	if line != "" || len(lines) == 0 {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// writeWrapped writes text wrapped to termWidth columns.
+func writeWrapped(b *bytes.Buffer, text, first, indent string) {
+	for _, l := range wrap(text, first, indent, termWidth) {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+}
 
 // writeTrimmed writes b with the spaces at the ends of its lines removed.
 func writeTrimmed(w io.Writer, b []byte) {
@@ -454,7 +594,7 @@ func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdou
 			}
 			row.Results = append(row.Results, res)
 			row.Caught = row.Caught || res.Mismatch()
-			progress(fmt.Sprintf("mutant %-28s %-22s %s", m.Name, name, mutantCell(res)))
+			progress(fmt.Sprintf("mutant %s, %s: %s", m.Name, name, mutantCell(res)))
 		}
 		rows = append(rows, row)
 		if ctx.Err() != nil {
@@ -491,7 +631,7 @@ func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdou
 			return exitMismatch
 		}
 	} else {
-		printMutants(stdout, rows, f.seed, line)
+		printMutants(stdout, rows, f.seed, line, f.verbose)
 	}
 	if survived > 0 {
 		fmt.Fprintf(stderr, "redlock chaos: %d mutants survived: the harness did not notice the broken lock\n", survived)
@@ -514,14 +654,22 @@ func mutantCell(r chaos.Result) string {
 }
 
 // printMutants prints one row per mutant and scenario, the legend and the
-// final line.
-func printMutants(w io.Writer, rows []mutantRow, seed uint64, line string) {
+// final line; the default fits termWidth columns, verbose adds the counts.
+func printMutants(w io.Writer, rows []mutantRow, seed uint64, line string, verbose bool) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MUTANT\tSCENARIO\tTRIALS\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tOBSERVED\tRESULT")
+	if verbose {
+		fmt.Fprintln(tw, "MUTANT\tSCENARIO\tTRIALS\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tOBSERVED\tRESULT")
+	} else {
+		fmt.Fprintln(tw, "MUTANT\tSCENARIO\tOBSERVED\tRESULT")
+	}
 	for _, r := range rows {
 		if r.NotCovered != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tNOT COVERED\n", r.Mutant)
+			if verbose {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tNOT COVERED\n", r.Mutant)
+			} else {
+				fmt.Fprintf(tw, "%s\t-\t-\tNOT COVERED\n", r.Mutant)
+			}
 			continue
 		}
 		for _, res := range r.Results {
@@ -529,27 +677,32 @@ func printMutants(w io.Writer, rows []mutantRow, seed uint64, line string) {
 			if res.Mismatch() {
 				result = "caught"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%d out\t%s (expect %s)\t%s\n", r.Mutant, res.Scenario, res.Trials,
-				res.Violations, res.StalePlain, res.StaleFenced, res.TokenOrder, res.Observed, res.Expect, result)
+			if verbose {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%d out\t%s (expect %s)\t%s\n", r.Mutant, res.Scenario, res.Trials,
+					res.Violations, res.StalePlain, res.StaleFenced, res.TokenOrder, res.Observed, res.Expect, result)
+			} else {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Mutant, res.Scenario, res.Observed, result)
+			}
 		}
 	}
 	tw.Flush()
 	buf.WriteString(`
-A mutant is a deliberately broken build of the lock, run through the same workloads. It is
-caught when a scenario's observed verdict differs from the one expected of a correct lock;
-each scenario runs up to 3 trials and stops at the first that catches it (TRIALS).
-VIOLATIONS, STALE PLAIN/FENCED and TOKEN ORDER are as in the scenario table.
+A mutant is a deliberately broken build of the lock, run through the same
+workloads. It is caught when a scenario's observed verdict differs from the
+one expected of a correct lock (EXPECT in the scenario table); each
+scenario runs up to 3 trials and stops at the first that catches it.
+-v adds the trials and the counts of the scenario table.
 
 Mutants:
 `)
 	for _, r := range rows {
-		fmt.Fprintf(&buf, "  %s: %s\n", r.Mutant, r.Summary)
+		writeWrapped(&buf, r.Mutant+": "+r.Summary, "  ", "    ")
 		if r.NotCovered != "" {
-			fmt.Fprintf(&buf, "    not covered yet: %s\n", r.NotCovered)
+			writeWrapped(&buf, "not covered yet: "+r.NotCovered, "    ", "      ")
 		}
 		for _, res := range r.Results {
 			for _, n := range res.Notes {
-				fmt.Fprintf(&buf, "    %s, %s\n", res.Scenario, n)
+				writeWrapped(&buf, res.Scenario+", "+n, "    ", "      ")
 			}
 		}
 	}

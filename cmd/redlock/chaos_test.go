@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/chaos"
 )
 
 // helpExamples returns the example command lines of `redlock chaos --help`,
@@ -70,17 +74,93 @@ func TestChaos_OnlySkippedIsNotAPass(t *testing.T) {
 	assert.Contains(t, errOut, "every scenario was skipped")
 }
 
-// The table has a legend, each scenario's reason and a final line, and no
-// line ends in spaces.
+// The default report has a legend and a final line, no line ends in
+// spaces, and every line of it, progress included, fits an 80-column
+// terminal; the trial lines and the reasons are left to -v.
 func TestChaos_TableReadable(t *testing.T) {
-	code, out, _ := runCLI(t, "chaos", "--scenario", "majority-killed", "--scenario", "no-faults", "--trials", "1", "--quiet", "--time-scale", testTimeScale)
+	code, out, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--scenario", "no-faults", "--trials", "1", "--time-scale", testTimeScale)
 	assert.Equal(t, 0, code, out)
 	for i, l := range strings.Split(out, "\n") {
 		assert.Equal(t, strings.TrimRight(l, " \t"), l, "line %d ends in spaces", i+1)
 	}
-	assert.Contains(t, out, "STALE PLAIN/FENCED  writes a resource accepted")
-	assert.Contains(t, out, "  no-faults: a key is only granted")
+	assertFits(t, "stdout", out)
+	assertFits(t, "stderr", errOut)
+	assert.Contains(t, out, "STALE P/F  writes a resource accepted")
+	assert.Regexp(t, `(?m)^no-faults +\d+ +0 +0/0 +ok +safe +safe$`, out)
+	assert.NotContains(t, out, "no-faults: a key is only granted", "reasons are behind -v")
+	assert.NotContains(t, errOut, "trial 1/1", "trial lines are behind -v")
 	assert.True(t, strings.HasSuffix(out, "2 of 2 as expected\n"), out)
+}
+
+// -v prints each trial's progress, the wide table and each scenario's
+// reason.
+func TestChaos_Verbose(t *testing.T) {
+	code, out, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "-v", "--time-scale", testTimeScale)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "STALE PLAIN/FENCED  writes a resource accepted")
+	assert.Contains(t, out, "TRIALS  ACQUIRED  VIOLATIONS")
+	assert.Contains(t, out, "  majority-killed: no quorum can be formed")
+	assert.Contains(t, errOut, "trial 1/1")
+	assert.True(t, strings.HasSuffix(out, "1 of 1 as expected\n"), out)
+}
+
+// assertFits checks that every line of text is at most termWidth columns.
+func assertFits(t *testing.T, name, text string) {
+	t.Helper()
+	for i, l := range strings.Split(text, "\n") {
+		assert.LessOrEqual(t, utf8.RuneCountInString(l), termWidth, "%s line %d is wider than %d columns: %q", name, i+1, termWidth, l)
+	}
+}
+
+// The default report fits 80 columns for every scenario of the catalogue,
+// on the backend with the longest name, with counts ten times the largest a
+// default run makes (a few hundred locks, under 200 stale writes), a
+// mismatch, a skipped scenario, notes and the largest seed; so does the
+// mutant report for every mutant.
+func TestChaos_DefaultReportFitsEveryScenario(t *testing.T) {
+	var results []chaos.Result
+	for i, s := range chaos.Catalogue() {
+		r := chaos.Result{Scenario: s.Name, Backend: chaos.RedisServer, Nodes: 5, Trials: 8, Expect: s.Expect, Observed: s.Expect,
+			Why: s.Why, Acquisitions: 9999, Violations: 999, StalePlain: 9999, StaleFenced: 999, TokenOrder: 999,
+			Notes: []string{"trial 3: " + strings.Repeat("a stale write was accepted by the fenced resource ", 4)}}
+		switch i {
+		case 0:
+			r.Observed = chaos.Broken
+		case 1:
+			r.Skipped = "the redis-server backend cannot " + strings.Repeat("do this ", 12)
+		}
+		results = append(results, r)
+	}
+	var out bytes.Buffer
+	printTable(&out, results, math.MaxUint64, 2, 99, chaos.RedisServer)
+	assertFits(t, "scenario report", out.String())
+	assert.Contains(t, out.String(), "broken !")
+	assert.Contains(t, out.String(), "skipped")
+
+	var rows []mutantRow
+	for _, m := range chaos.Mutants() {
+		row := mutantRow{Mutant: m.Name, Summary: m.Summary, NotCovered: m.NotCovered, Caught: true}
+		for _, name := range m.Scenarios {
+			row.Results = append(row.Results, chaos.Result{Scenario: name, Trials: 3, Expect: chaos.Safe, Observed: chaos.Broken,
+				Notes: []string{"trial 1: " + strings.Repeat("99 fencing tokens out of acquisition order ", 3)}})
+		}
+		rows = append(rows, row)
+	}
+	rows = append(rows, mutantRow{Mutant: "not-covered-yet", Summary: "x", NotCovered: strings.Repeat("no scenario can ", 10)})
+	out.Reset()
+	printMutants(&out, rows, math.MaxUint64, "14 of 14 mutants caught (1 not covered yet)", false)
+	assertFits(t, "mutant report", out.String())
+	assert.Contains(t, out.String(), "caught")
+}
+
+// wrap breaks at spaces, keeps every word, and indents the lines after the
+// first.
+func TestWrap(t *testing.T) {
+	text := "the quick brown fox jumps over the lazy dog"
+	lines := wrap(text, "  ", "    ", 16)
+	assert.Equal(t, []string{"  the quick", "    brown fox", "    jumps over", "    the lazy dog"}, lines)
+	assert.Equal(t, []string{"x" + strings.Repeat("y", 30)}, wrap("x"+strings.Repeat("y", 30), "", "  ", 10), "a long word stays whole")
+	assert.Equal(t, []string{""}, wrap("", "  ", "    ", 10))
 }
 
 // Seeds are uint64: JSON gives them as strings, so readers with float64
