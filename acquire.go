@@ -232,16 +232,20 @@ type acquisition struct {
 }
 
 // grant runs the acquire script on one node and reads its reply: -1 taken,
-// the counter alone for a grant with the guard off, else {code, counter,
-// epoch state, epoch age}.
+// the counter alone for a grant with the guard off or a trusted epoch,
+// -2 - counter for a grant that created the epoch just now, else {code,
+// counter, epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	v, err := a.call.run(ctx, n).Result()
 	if err != nil {
 		return reply{err: err}
 	}
 	if c, ok := v.(int64); ok {
-		if c < 0 {
+		switch {
+		case c == -1:
 			return reply{code: codeTaken}
+		case c < -1:
+			return reply{code: codeQuarantined, counter: uint64(-2 - c), epoch: epochNew, left: a.quarantine}
 		}
 		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
 	}
