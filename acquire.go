@@ -25,6 +25,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// its first retry delay, so that a release cuts the delay short
 		// (notify.go).
 		w *lockWaiter
+		// out is the run of attempts that found no majority answering.
+		out = outage{c: c, cfg: &cfg, ctx: ctx, key: key}
 	)
 	defer func() { w.leave() }()
 	// A Client whose Release just woke a waiter of the key lets it go
@@ -32,7 +34,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
 	// rather than race the woken waiter (notify.go).
 	if c.notify.yielding(keys[0]) {
-		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w)
+		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w, nil)
 	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
@@ -47,12 +49,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			return nil, ErrClosed
 		}
 		w.mark()
+		started := time.Now()
 		lock, err := c.attempt(ctx, key, keys, ttl, cfg, &calls)
 		done()
 		if err == nil {
 			// The stragglers of this attempt, and the clean-up of the failed
 			// ones, may still run: they end in the background, tracked by
 			// the Client (voteQuorum), so Close waits for them.
+			out.answered(started, lock.nodes)
 			lock.attempts = attempt
 			return lock, nil
 		}
@@ -67,7 +71,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			last.Cause = cause
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w) {
+		if over := out.record(started, last); over != nil {
+			if last.Cause != nil {
+				over = fmt.Errorf("%w; %w", last.Cause, over)
+			}
+			last.Cause = over
+			break
+		}
+		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w, out.unannounced()) {
 			break
 		}
 	}
@@ -150,8 +161,9 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 // A release that a majority of nodes announce to this waiter cuts the delay
 // short: *w takes a ticket among the waiters for lock key name at the first
 // delay (notify.go). With DefaultRetry, a waiter subscribed on a majority of
-// nodes waits on to its queued delay (125-250 ms) unless told first.
-func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter) bool {
+// nodes waits on to its queued delay (125-250 ms) unless told first. out,
+// when not nil, is an outage to announce once the policy agreed to wait.
+func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter, out *outage) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -159,11 +171,73 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 	if !ok {
 		return false
 	}
+	if out != nil {
+		out.announce()
+	}
 	if *w == nil && delay > 0 {
 		*w = c.notify.join(name)
 	}
 	(*w).sleep(ctx, delay, queuedDelay(retry))
 	return ctx.Err() == nil
+}
+
+// outage is one Acquire call's run of attempts that found no majority of
+// the nodes answering (QuorumError.noQuorum): Acquire gives up once it has
+// lasted the outage limit (WithOutageLimit), and tells the Observer and the
+// logger when it starts waiting one out and when a majority answers again.
+type outage struct {
+	c         *Client
+	cfg       *config
+	ctx       context.Context
+	key       string
+	since     time.Time    // the start of the run's first attempt; zero: no run
+	last      *QuorumError // the run's last attempt
+	announced bool         // the run's start was reported
+}
+
+// record counts the failed attempt qe, started at started, and returns why
+// Acquire must give up when the run has lasted the outage limit; nil when
+// it may go on.
+func (o *outage) record(started time.Time, qe *QuorumError) error {
+	if !qe.noQuorum() {
+		o.answered(started, qe.Nodes)
+		return nil
+	}
+	if o.since.IsZero() {
+		o.since = started
+	}
+	o.last = qe
+	if lasted := time.Since(o.since); o.cfg.outageLimit > 0 && lasted >= o.cfg.outageLimit {
+		return fmt.Errorf("no majority of the nodes answered for %v (outage limit %v)", lasted.Round(time.Millisecond), o.cfg.outageLimit)
+	}
+	return nil
+}
+
+// unannounced returns o when its run has not been reported yet, else nil.
+func (o *outage) unannounced() *outage {
+	if o.since.IsZero() || o.announced {
+		return nil
+	}
+	return o
+}
+
+// announce reports the start of the run (OpOutage, OK false), once.
+func (o *outage) announce() {
+	o.announced = true
+	o.c.observeOutage(o.ctx, *o.cfg, o.key, o.last, time.Since(o.since))
+}
+
+// answered ends the run at an attempt, started at started, in which a
+// majority answered (nodes), and reports the end (OpOutage, OK true) if
+// its start was reported.
+func (o *outage) answered(started time.Time, nodes []NodeResult) {
+	if o.since.IsZero() {
+		return
+	}
+	if o.announced {
+		o.c.observeOutageEnd(o.ctx, *o.cfg, o.key, nodes, started.Sub(o.since))
+	}
+	o.since, o.last, o.announced = time.Time{}, nil, false
 }
 
 // voteCalls holds the done channels of the votes one attempt started (its
@@ -232,16 +306,20 @@ type acquisition struct {
 }
 
 // grant runs the acquire script on one node and reads its reply: -1 taken,
-// the counter alone for a grant with the guard off, else {code, counter,
-// epoch state, epoch age}.
+// the counter alone for a grant with the guard off or a trusted epoch,
+// -2 - counter for a grant that created the epoch just now, else {code,
+// counter, epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	v, err := a.call.run(ctx, n).Result()
 	if err != nil {
 		return reply{err: err}
 	}
 	if c, ok := v.(int64); ok {
-		if c < 0 {
+		switch {
+		case c == -1:
 			return reply{code: codeTaken}
+		case c < -1:
+			return reply{code: codeQuarantined, counter: uint64(-2 - c), epoch: epochNew, left: a.quarantine}
 		}
 		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
 	}
@@ -456,7 +534,7 @@ func (a *acquisition) acquireCall() *scriptCall {
 // calls still running then are counted as stragglers (node.late).
 func (a *acquisition) vote(calls *voteCalls) *tally {
 	c := a.c
-	acq, done := c.voteQuorum(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
+	acq, done := c.voteAcquire(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
 		r := reply{err: errShed, shed: true}
 		if c.enter(n, true) {
 			r = a.grant(ctx, n)
@@ -688,19 +766,29 @@ func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
 	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", fence.granted, quorum, strings.TrimPrefix(b.String(), ","))
 }
 
+// vouchDelay is how long after a successful acquisition finishGrants waits
+// before it vouches for untrusted grants that need no token written back (a
+// key's first use, with the amnesia guard). A Release sent by then vouches
+// itself where it deletes the key (releaseVouchScript), so a lock held that
+// briefly costs no extra round trip to every node.
+const vouchDelay = 10 * time.Millisecond
+
 // finishGrants sends, in the background, what a successful acquisition's
 // grants still need beyond the decision: the token to grants whose counter
-// is below it, and vouching to untrusted grants (amnesia guard). It costs no
-// latency; Close waits for it. The grants that applied the write-back
-// (written) before its majority decided have had theirs; the others get it
-// again here: the write-back's calls still running when Acquire returned end
-// with the caller's context, which a deferred cancel ends at once.
+// is below it, and vouching to untrusted grants (amnesia guard); vouching
+// alone waits vouchDelay and is not sent once the lock was released. It
+// costs no latency; Close waits for it. The grants that applied the
+// write-back (written) before its majority decided have had theirs; the
+// others get it again here: the write-back's calls still running when
+// Acquire returned end with the caller's context, which a deferred cancel
+// ends at once.
 func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	type job struct {
 		n           *node
 		lift, vouch bool
 	}
 	var jobs []job
+	lifts := false
 	for _, i := range g.idx {
 		lift := a.cfg.fencing && g.t.counters[i] < token
 		vouch := a.quarantine > 0 && g.t.epochs[i] != epochTrusted
@@ -709,24 +797,33 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 		}
 		if vouch || lift {
 			jobs = append(jobs, job{a.c.nodes[i], lift, vouch})
+			lifts = lifts || lift
 		}
 	}
 	if len(jobs) == 0 {
 		return
 	}
 	untrack := a.c.track()
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
-			defer cancel()
-			a.followUp(ctx, j.n, token, j.lift, j.vouch)
-		})
-	}
-	go func() {
+	send := func() {
 		defer untrack()
+		if !lifts && a.shared.released.Load() {
+			return // the release vouched where it deleted the key
+		}
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
+				defer cancel()
+				a.followUp(ctx, j.n, token, j.lift, j.vouch)
+			})
+		}
 		wg.Wait()
-	}()
+	}
+	if lifts {
+		go send()
+		return
+	}
+	time.AfterFunc(vouchDelay, send)
 }
 
 // seedLead is how far below its own clock a client proposes the seed of new

@@ -74,7 +74,7 @@ func TestAcquire_ValidityIsTTLMinusElapsedMinusDrift(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newWarmCluster(t, 3, tc.opts...)
+				c := newWarmCluster(t, 3, append(tc.opts, noGuard)...)
 				if tc.fenceAhead {
 					setCounterAhead(t, c.nodes[0], "report", time.Hour)
 				}

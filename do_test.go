@@ -136,7 +136,7 @@ func (lc *leakCheck) verifyNone(t *testing.T, base ...goleak.Option) {
 func TestDo_DoesNotWaitForASlowNode(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newWarmCluster(t, 3)
+		c := newWarmCluster(t, 3, noGuard)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		base := goleak.IgnoreCurrent()
 		start := time.Now()

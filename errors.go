@@ -6,6 +6,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -20,31 +21,38 @@ var (
 	// a nil function or pointer given to an option.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
-	// many nodes, too few nodes answered, the validity time ran out during the
-	// acquisition, the context ended, or too many nodes answer with an error
-	// that retrying cannot fix (a wrong password: see Client.Acquire).
+	// many nodes (ErrTaken), too few nodes answered (ErrNoQuorum), the
+	// validity time ran out during the acquisition, the context ended, or
+	// too many nodes answer with an error that retrying cannot fix (a wrong
+	// password: see Client.Acquire).
 	ErrNotAcquired = errors.New("redlock: lock not acquired")
 	// ErrNotHeld means Release or Extend found that this Lock is no longer
 	// held: its validity ran out, or too many nodes report the key expired or
 	// held by another owner.
 	ErrNotHeld = errors.New("redlock: lock not held")
-	// ErrNoQuorum means Release or Extend could not reach a majority of the
-	// nodes, so the outcome is unknown. After a failed Extend the lock stays
-	// valid until its previous deadline; after a failed Release the keys that
-	// were not deleted expire at their TTL.
+	// ErrNoQuorum means too few nodes answered for a majority. From Release
+	// or Extend the outcome is then unknown: after a failed Extend the lock
+	// stays valid until its previous deadline; after a failed Release the
+	// keys that were not deleted expire at their TTL. A failed Acquire or
+	// TryAcquire matches it (as well as ErrNotAcquired) when in its last
+	// attempt so many nodes were unreachable, timed out or answered an error
+	// that the others were fewer than a majority, whatever those others
+	// said: an outage, which Acquire waits out only up to its outage limit
+	// (WithOutageLimit).
 	ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
 	// ErrClosed is returned by operations on a closed Client.
 	ErrClosed = errors.New("redlock: client closed")
 	// ErrTaken means a failed Acquire or TryAcquire met another holder: in
-	// its last attempt at least one node had answered, by the time the vote
-	// was decided, that another owner holds the key (OutcomeTaken; a node
-	// still pending then does not count). errors.Is(err, ErrTaken) is true only for a
-	// *QuorumError wrapping ErrNotAcquired, and tells "busy" from "too few
-	// nodes answered" (no node said taken: unreachable, timed out, errors)
-	// without reading the per-node outcomes. One such node is enough, even
-	// when the others could not be reached: a client holds or contends for
-	// the key, so waiting is the answer, not repairing nodes. How many nodes
-	// said so is in the QuorumError's Nodes.
+	// its last attempt at least one node answered that another owner holds
+	// the key (OutcomeTaken), and enough nodes answered that the vote was
+	// theirs to decide (it is not ErrNoQuorum). A failed acquisition waits
+	// for the answers it needs to tell the two apart. errors.Is(err,
+	// ErrTaken) is true only for a *QuorumError wrapping ErrNotAcquired, and
+	// tells "busy", where waiting is the answer, from an outage, where nodes
+	// need repair, without reading the per-node outcomes. When no majority
+	// answered, a surviving node's "taken" does not make the lock busy: the
+	// error is ErrNoQuorum. How many nodes said taken is in the
+	// QuorumError's Nodes.
 	ErrTaken = errors.New("redlock: lock held by another owner")
 )
 
@@ -83,6 +91,9 @@ func (e *QuorumError) Error() string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "%v: %s %q: applied on %d of %d nodes, %d needed", e.Err, e.Op, e.Key, e.Granted, len(e.Nodes), e.Quorum)
+	if e.Err == ErrNotAcquired && e.noQuorum() {
+		b.WriteString(", too few answered")
+	}
 	if e.Attempts > 1 {
 		fmt.Fprintf(&b, " (attempt %d)", e.Attempts)
 	}
@@ -100,19 +111,37 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrTaken and e is a failed acquisition whose
-// last attempt met another owner on some node (see ErrTaken). The sentinel
-// and the cause are matched through Unwrap.
+// Is reports whether e is a failed acquisition and target is ErrNoQuorum
+// and its last attempt found no majority answering, or target is ErrTaken
+// and that attempt met another owner while a majority could answer (see
+// ErrNoQuorum, ErrTaken). The sentinel and the cause are matched through
+// Unwrap.
 func (e *QuorumError) Is(target error) bool {
-	if target != ErrTaken || e.Err != ErrNotAcquired {
+	if e.Err != ErrNotAcquired {
 		return false
 	}
-	for _, n := range e.Nodes {
-		if n.Outcome == OutcomeTaken {
-			return true
-		}
+	switch target {
+	case ErrNoQuorum:
+		return e.noQuorum()
+	case ErrTaken:
+		return !e.noQuorum() && slices.ContainsFunc(e.Nodes, func(n NodeResult) bool { return n.Outcome == OutcomeTaken })
 	}
 	return false
+}
+
+// noQuorum reports whether so many nodes failed to answer in e's last
+// attempt (unreachable, timed out, or an error reply) that the others were
+// fewer than a quorum. Nodes the caller's context cut short, or that were
+// never asked (pending), do not count as failed.
+func (e *QuorumError) noQuorum() bool {
+	failed := 0
+	for _, n := range e.Nodes {
+		switch n.Outcome {
+		case OutcomeUnreachable, OutcomeTimedOut, OutcomeError:
+			failed++
+		}
+	}
+	return len(e.Nodes) > 0 && len(e.Nodes)-failed < e.Quorum
 }
 
 // Unwrap returns the sentinel and, if set, the cause.

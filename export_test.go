@@ -63,3 +63,7 @@ func NotifyState(c *Client) (waiters, subscribed int) {
 func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Option) (*Client, error) {
 	return dial(urls, adjust, opts)
 }
+
+// VouchDelay is how long after a successful acquisition the vouching of
+// untrusted grants that need no token written back waits (finishGrants).
+const VouchDelay = vouchDelay

@@ -89,7 +89,7 @@ func TestAmnesiaGuard_RestartedNodeIsQuarantined(t *testing.T) {
 // still holds the lock: the limit the guard exists for.
 func TestAmnesiaGuard_OffAllowsSecondHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, b, a := amnesiaSetUp(t, redlock.WithFencing(false))
+		_, b, a := amnesiaSetUp(t, redlock.WithFencing(false), noGuard)
 		l, err := b.TryAcquire(context.Background(), "report", 10*time.Second)
 		require.NoError(t, err)
 		assert.Positive(t, a.Validity())
@@ -97,8 +97,109 @@ func TestAmnesiaGuard_OffAllowsSecondHolder(t *testing.T) {
 	})
 }
 
+// Two single-node restarts without data, on 3 nodes: A holds a 20 s lock;
+// node 0 goes down and comes back empty; A extends (node 0 is still down,
+// so the extension does not put A's key back there); node 1 restarts
+// empty. Nodes 0 and 1 have forgotten A's lock, and without the guard B
+// takes it from them while A's validity is still about 19.8 s. With the
+// guard, on by default, they are quarantined and B is refused.
+func TestAmnesiaGuard_OnByDefault(t *testing.T) {
+	for _, guard := range []bool{true, false} {
+		t.Run(map[bool]string{true: "default", false: "WithoutAmnesiaGuard"}[guard], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				var opts []redlock.Option
+				if !guard {
+					opts = append(opts, redlock.WithoutAmnesiaGuard())
+				}
+				c := newCluster(t, 3, opts...)
+				a := c.acquireSettled(t, ctx, "report", 20*time.Second)
+				c.nodes[0].Refuse()
+				c.nodes[0].m.FlushAll()
+				a, err := a.Extend(ctx, 20*time.Second)
+				require.NoError(t, err)
+				synctest.Wait()
+				c.nodes[0].Revive(t) // empty
+				c.nodes[1].m.FlushAll()
+				assert.Equal(t, 1, c.holders("report"), "only node 2 remembers A's lock")
+
+				b, err := c.secondClient(t, opts...).TryAcquire(ctx, "report", 20*time.Second)
+				v := a.Validity()
+				assert.True(t, v > 18*time.Second && v <= 19800*time.Millisecond, "A's validity %v", v)
+				if !guard {
+					require.NoError(t, err, "the limit the guard exists for")
+					assert.Positive(t, b.Validity())
+					return
+				}
+				require.ErrorIs(t, err, redlock.ErrNotAcquired, "a second holder while A holds the lock")
+				assert.ErrorIs(t, err, redlock.ErrTaken)
+				qe := quorumError(t, err)
+				assert.Zero(t, qe.Granted)
+				for i, o := range outcomes(qe.Nodes) {
+					want := []redlock.Outcome{redlock.OutcomeQuarantined, redlock.OutcomePending} // lost after two answers
+					if i == 2 {
+						want = []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomePending}
+					}
+					assert.Contains(t, want, o, "node %d", i)
+				}
+			})
+		})
+	}
+}
+
+// The guard's cost on a key's first use: Acquire waits for every node's
+// answer, but for a node that is down at most one per-node timeout (100 ms
+// for a 10 s TTL), never longer, also with many first uses at once; a node
+// that refuses connections costs nothing. Later uses decide at the majority.
+func TestAmnesiaGuard_FirstUseWaitsAtMostOneNodeTimeout(t *testing.T) {
+	for _, down := range []string{"blackholed", "refusing"} {
+		t.Run(down, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newWarmCluster(t, 3)
+				if down == "blackholed" {
+					c.nodes[2].Slow(time.Minute)
+				} else {
+					c.nodes[2].Refuse()
+				}
+				want := defaultTimeout10s
+				if down == "refusing" {
+					want = 0
+				}
+				start := time.Now()
+				l := c.tryAcquire(t, ctx, "report", ttl10s)
+				assert.Equal(t, want, time.Since(start), "first use")
+				assert.Equal(t, ttl10s-redlock.Drift(ttl10s, redlock.DefaultDriftFactor)-want, l.Validity())
+				require.NoError(t, l.Release(ctx))
+
+				start = time.Now()
+				l = c.tryAcquire(t, ctx, "report", ttl10s)
+				assert.Zero(t, time.Since(start), "a later use decides at the majority")
+				require.NoError(t, l.Release(ctx))
+
+				var wg sync.WaitGroup
+				start = time.Now()
+				for i := range 50 { // more than a node client's pool (20 connections)
+					wg.Go(func() {
+						l, err := c.rl.TryAcquire(ctx, fmt.Sprintf("job-%d", i), ttl10s)
+						if assert.NoError(t, err) {
+							assert.LessOrEqual(t, time.Since(start), want, "first use of job-%d", i)
+							assert.NoError(t, l.Release(ctx))
+						}
+					})
+				}
+				wg.Wait()
+				if down == "refusing" {
+					c.endRedials(2)
+				}
+			})
+		})
+	}
+}
+
 // The first use of a key counts every vote (no node has any history to
-// forget), vouches for every node, and the next holder needs no repair.
+// forget), vouches for every node VouchDelay later, and the next holder
+// needs no repair.
 func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithQuarantine(time.Minute))
@@ -106,7 +207,12 @@ func TestAmnesiaGuard_FirstUseTrustsAllNodes(t *testing.T) {
 		l := c.acquire(t, ctx, "report", 10*time.Second)
 		first := firstToken(time.Now())
 		assert.Equal(t, first, l.Token())
-		synctest.Wait() // the write-back's stragglers
+		synctest.Wait()
+		for i, nd := range c.nodes {
+			assert.Empty(t, nd.m.HGet("{report}:epoch", "trusted"), "node %d: vouched for before VouchDelay", i)
+		}
+		time.Sleep(redlock.VouchDelay)
+		synctest.Wait() // the vouching
 		for i, nd := range c.nodes {
 			assert.Equal(t, "1", nd.m.HGet("{report}:epoch", "trusted"), "node %d", i)
 		}
@@ -169,6 +275,7 @@ func TestAmnesiaGuard_QuarantineEndsAndCounterIsRepaired(t *testing.T) {
 
 func TestWithQuarantine_Negative(t *testing.T) {
 	requireNewInvalid(t, "quarantine", redlock.WithQuarantine(-time.Second))
+	requireNewInvalid(t, "WithoutAmnesiaGuard", redlock.WithQuarantine(0))
 }
 
 // Inspect shows each node's epoch: trusted after a guarded acquisition,
@@ -446,8 +553,8 @@ func TestAmnesiaGuard_RepeatedMinorityWipesStayAvailable(t *testing.T) {
 func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 3)
-		b := c.secondClient(t)
+		c := newCluster(t, 3, noGuard) // with the guard, A's first use would fail on node 2's "taken"
+		b := c.secondClient(t, noGuard)
 		c.warmUp(t)
 		setCounterAhead(t, c.nodes[0], "report", time.Hour) // A's counters disagree: write-back to node 1
 		c.holdElsewhere(t, "report", 5*time.Millisecond, 2) // node 2 refuses A, frees up at 5 ms
@@ -543,20 +650,21 @@ func requireNoUnvouchedEpoch(t testTB, c *cluster, key string) {
 	}
 }
 
-// A first use that fails before a node's grant answers (node 2 down, node 0
-// held by someone else for a moment, node 1 slow but within the per-node
+// A first use that fails before a node's grant answers (nodes 0 and 2 held
+// by someone else for a moment, node 1 slow but within the per-node
 // timeout): the late grant's clean-up takes it back and voids the epoch it
-// created, so once node 0 is free the key is acquired at once, as a brand
-// new key.
+// created, so once nodes 0 and 2 are free the key is acquired at once, as a
+// brand new key.
 func TestAmnesiaGuard_FirstUseWithALateGrantRecoversAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
-		c.nodes[2].Refuse()
-		c.holdElsewhere(t, "report", 500*time.Millisecond, 0)
+		// Nodes 0 and 2 say "taken" at once (keys of a holder without an
+		// epoch, expiring at 500 ms): a majority answered, the vote is lost.
+		c.holdElsewhere(t, "report", 500*time.Millisecond, 0, 2)
 		c.nodes[1].SlowScripts(50*time.Millisecond, "acquire") // the per-node timeout is 100 ms
 		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		require.ErrorIs(t, err, redlock.ErrTaken)
 		assert.Equal(t, redlock.OutcomePending, quorumError(t, err).Nodes[1].Outcome, "node 1's grant must come after the decision")
 		time.Sleep(time.Second)
 		synctest.Wait() // node 1's late grant and its clean-up
@@ -565,7 +673,6 @@ func TestAmnesiaGuard_FirstUseWithALateGrantRecoversAtOnce(t *testing.T) {
 		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
 		require.NoError(t, err, "a free key must be acquired at once")
 		require.NoError(t, l.Release(ctx))
-		c.endRedials(2)
 	})
 }
 

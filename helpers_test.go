@@ -305,6 +305,12 @@ type testTB interface {
 	FailNow()
 }
 
+// noGuard turns the amnesia guard off, for tests of a fresh key's vote at
+// the majority (stragglers, a slow minority, counts of calls): with the
+// guard, the default, a key's first use waits for every node's answer, up
+// to the per-node timeout (guard_test.go).
+var noGuard = redlock.WithoutAmnesiaGuard()
+
 // cluster is N test nodes and a redlock Client over them.
 type cluster struct {
 	nodes []*testNode
@@ -353,6 +359,19 @@ func (c *cluster) warmUp(t testTB) {
 	l, err := c.rl.TryAcquire(ctx, "warm-up", 10*time.Second)
 	require.NoError(t, err)
 	l, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	synctest.Wait()
+}
+
+// useKey gives key the history a key in use has: one acquisition and
+// release on every node, so that with the amnesia guard (the default) every
+// node's epoch for it is trusted and the next acquisition decides at the
+// majority like any other. It must run inside a synctest bubble.
+func (c *cluster) useKey(t testTB, key string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := c.rl.TryAcquire(ctx, key, 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 	synctest.Wait()

@@ -266,7 +266,7 @@ func TestDial_DecidedVoteDropsQueuedCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		count, _, timedOut := acquireCounter()
-		nodes, rl := dialCluster(t, 3, 2, count)
+		nodes, rl := dialCluster(t, 3, 2, count, noGuard)
 		var ran [3]atomic.Int64
 		for i, n := range nodes {
 			d := 10 * time.Millisecond

@@ -139,7 +139,7 @@ func TestAcquire_WithoutReleaseMessageFallsBackToRetryPolicy(t *testing.T) {
 func TestAcquire_WokenByMajorityOfOneRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newCluster(t, 5)
+		c := newCluster(t, 5, noGuard)
 		c.warmUp(t)
 		c.holdElsewhere(t, "job", time.Minute, 0, 1, 2, 3, 4)
 		start := time.Now()

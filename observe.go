@@ -21,14 +21,19 @@ const (
 	OpRelease Op = "release" // one Release call that went to the nodes
 	OpLost    Op = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
 	OpDo      Op = "do"      // one Do call (Tracer.StartCall only)
+	// OpOutage: an Acquire call (or Do) found no majority of the nodes
+	// answering and waits it out (OK false), or found a majority answering
+	// again after that (OK true). See WithOutageLimit.
+	OpOutage Op = "outage"
 )
 
 // Event describes one finished operation, for metrics and tracing. The
 // Observer set with WithObserver receives one per acquisition attempt,
-// extension, release and lost lock. It never carries the owner value or a
-// password.
+// extension, release and lost lock, and one when an Acquire call starts
+// waiting out an outage and when it ends (OpOutage). It never carries the
+// owner value or a password.
 type Event struct {
-	// Op is OpAcquire, OpExtend, OpRelease or OpLost.
+	// Op is OpAcquire, OpExtend, OpRelease, OpLost or OpOutage.
 	Op Op
 	// Key is the key as the caller named it (without the prefix).
 	Key string
@@ -40,7 +45,10 @@ type Event struct {
 	// needed (N/2+1). Zero for OpLost.
 	Granted, Quorum int
 	// Latency is how long the operation took, from before its first request
-	// to its decision (acquire: including the fencing write-back).
+	// to its decision (acquire: including the fencing write-back). For
+	// OpOutage, how long the call had seen no majority answering: from the
+	// start of its first attempt that found none to now (OK false) or to the
+	// start of the attempt that found one (OK true).
 	Latency time.Duration
 	// Validity is, for an acquire attempt or an extension, the validity time
 	// left when it decided: TTL − Latency − Drift. It is the margin the
@@ -52,11 +60,13 @@ type Event struct {
 	Drift time.Duration
 	// Nodes holds each node's outcome, in node order; nil when the
 	// operation made no round trip (OpLost, an extension refused locally
-	// because the validity had run out).
+	// because the validity had run out). For OpOutage, those of the attempt
+	// that found no majority answering, or found one again.
 	Nodes []NodeResult
 	// Err is why the operation failed (nil when OK): a *QuorumError for
-	// acquire, extend and release, or the cause a Lease ended with for
-	// OpLost (wrapping ErrLockLost or ErrHoldLimit).
+	// acquire, extend and release (for OpOutage, the attempt's, which
+	// matches ErrNoQuorum), or the cause a Lease ended with for OpLost
+	// (wrapping ErrLockLost or ErrHoldLimit).
 	Err error
 }
 
@@ -114,7 +124,10 @@ func WithObserver(o Observer) Option {
 
 // eventLevel is the level an Event is logged at: see observe.
 func eventLevel(op Op, ok bool) slog.Level {
-	if !ok && op != OpAcquire {
+	switch {
+	case op == OpOutage && ok:
+		return slog.LevelInfo
+	case !ok && op != OpAcquire:
 		return slog.LevelWarn
 	}
 	return slog.LevelDebug
@@ -130,8 +143,8 @@ func (c config) wantsEvent(ctx context.Context, op Op, ok bool) bool {
 
 // observe logs ev and hands it to the observer. Acquire attempts, successful
 // extensions and releases are logged at debug level (failed acquire attempts
-// are the normal result of contention); failed extensions and releases and
-// lost locks at warn level.
+// are the normal result of contention); failed extensions and releases, lost
+// locks and the start of an outage at warn level, its end at info level.
 func (c config) observe(ctx context.Context, ev Event) {
 	level := eventLevel(ev.Op, ev.OK)
 	if c.logger.Enabled(ctx, level) {
@@ -156,6 +169,10 @@ func logMessage(ev Event) string {
 	switch {
 	case ev.Op == OpLost:
 		return "redlock: lock lost"
+	case ev.Op == OpOutage && ev.OK:
+		return "redlock: a majority of the nodes answers again"
+	case ev.Op == OpOutage:
+		return "redlock: no majority of the nodes answers; waiting"
 	case ev.OK:
 		return "redlock: " + string(ev.Op)
 	case ev.Op == OpAcquire:
@@ -233,6 +250,39 @@ func (c *Client) observeAttempt(ctx context.Context, cfg config, key string, ok 
 		ev.Err = newQuorumError(OpAcquire, key, c.quorum, t, ErrNotAcquired, cause)
 	}
 	cfg.observe(ctx, ev)
+}
+
+// observeOutage reports that an Acquire call waits out an outage: qe is its
+// last attempt's error, which found no majority answering, lasted how long
+// the call has seen none.
+func (c *Client) observeOutage(ctx context.Context, cfg config, key string, qe *QuorumError, lasted time.Duration) {
+	if !cfg.wantsEvent(ctx, OpOutage, false) {
+		return
+	}
+	err := *qe // Acquire may still add a cause to qe
+	err.Nodes = slices.Clone(qe.Nodes)
+	cfg.observe(ctx, Event{
+		Op: OpOutage, Key: key, Granted: qe.Granted, Quorum: c.quorum,
+		Latency: lasted, Nodes: err.Nodes, Err: &err,
+	})
+}
+
+// observeOutageEnd reports that an Acquire call found a majority answering
+// (nodes) after an outage it reported, which lasted how long.
+func (c *Client) observeOutageEnd(ctx context.Context, cfg config, key string, nodes []NodeResult, lasted time.Duration) {
+	if !cfg.wantsEvent(ctx, OpOutage, true) {
+		return
+	}
+	granted := 0
+	for _, n := range nodes {
+		if n.Outcome == OutcomeGranted {
+			granted++
+		}
+	}
+	cfg.observe(ctx, Event{
+		Op: OpOutage, Key: key, OK: true, Granted: granted, Quorum: c.quorum,
+		Latency: lasted, Nodes: slices.Clone(nodes),
+	})
 }
 
 // observeOp reports an extension or a release. Calls rejected before any

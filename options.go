@@ -38,7 +38,8 @@ type config struct {
 	prefix      string
 	owner       func() (string, error)
 	fencing     bool
-	quarantine  time.Duration // amnesia guard; 0: off
+	quarantine  time.Duration // amnesia guard; 0: off (WithoutAmnesiaGuard)
+	outageLimit time.Duration // how long Acquire waits out no majority; 0: no limit
 	retention   time.Duration // of each key's counter and epoch (WithRetention)
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
@@ -53,6 +54,8 @@ func defaultConfig() config {
 		retry:       DefaultRetry(),
 		owner:       RandomOwner,
 		fencing:     true,
+		quarantine:  DefaultQuarantine,
+		outageLimit: DefaultOutageLimit,
 		retention:   DefaultRetention,
 		logger:      slog.New(slog.DiscardHandler),
 	}
@@ -64,7 +67,7 @@ func defaultConfig() config {
 // the quarantine only.
 func (c config) checkRetention(ttl time.Duration) error {
 	if c.retention < c.quarantine {
-		return fmt.Errorf("%w: retention %v is shorter than the quarantine %v", ErrInvalidArgument, c.retention, c.quarantine)
+		return fmt.Errorf("%w: retention %v is shorter than the quarantine %v (WithQuarantine; the amnesia guard is on by default)", ErrInvalidArgument, c.retention, c.quarantine)
 	}
 	if c.retention < ttl {
 		return fmt.Errorf("%w: ttl %v is longer than the retention %v (WithRetention)", ErrInvalidArgument, ttl, c.retention)
@@ -166,34 +169,72 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 	}
 }
 
-// WithQuarantine turns the amnesia guard on with the given quarantine
-// (default 0: off). A node that restarts without its data forgets the locks
-// it granted, and a second client can then win a majority (Kleppmann, "How to
-// do distributed locking", 2016). With the guard, each node keeps a per-key
-// epoch next to the lock key; when a node lost it, its votes for that key are
-// not counted (outcome OutcomeQuarantined) until either a successful
-// acquisition that reached it (however late its reply) vouches for it, or
-// the quarantine has passed since the epoch was recreated. An attempt that
-// fails takes back the epochs its own grants created (they count as new
-// again), so failed attempts do not quarantine a key whose nodes kept their
-// data, unless a node applied a grant after the client gave up waiting for
-// it (docs/fencing.md, "A failed attempt takes its epochs back"). Choose the
-// quarantine at least as long as the longest TTL any client uses on these
-// nodes (by then every lock the node may have forgotten has expired); each
-// call uses at least its own TTL; one minute is a good start. The guard
-// holds while at most a minority of the nodes lose their data within one
-// quarantine and, counting them, at most a minority is emptied or
-// unreachable at once. Costs: one small hash per key and node (kept for the
-// retention, see WithRetention), and on the first use of a key Acquire waits
-// for every node's answer (or its per-node timeout), since only then can it
-// tell a new key from a forgotten one (docs/fencing.md). It must not be
-// negative nor longer than the retention.
+// DefaultQuarantine is the amnesia guard's quarantine when none is set: one
+// minute, at least the TTL of most locks (each call uses at least its own
+// TTL). See WithQuarantine.
+const DefaultQuarantine = time.Minute
+
+// WithQuarantine sets the amnesia guard's quarantine (default
+// DefaultQuarantine; the guard is on unless WithoutAmnesiaGuard). A node that
+// restarts without its data forgets the locks it granted, and a second client
+// could then win a majority (Kleppmann, "How to do distributed locking",
+// 2016). With the guard, a node that lost a key's epoch does not count for
+// that key (OutcomeQuarantined) until a successful acquisition vouches for it
+// or the quarantine has passed. Choose it at least as long as the longest TTL
+// any client uses on these nodes (each call uses at least its own TTL). The
+// guard holds while at most a minority of the nodes lose their data within
+// one quarantine and, counting them, at most a minority is emptied or
+// unreachable at once. It costs one small hash per key and node (kept for the
+// retention), and on a key's first use Acquire waits for every node's answer,
+// at most one per-node timeout (docs/fencing.md, "The amnesia guard"). d must
+// be positive and at most the retention (WithRetention): ErrInvalidArgument.
 func WithQuarantine(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: quarantine %v must not be negative", ErrInvalidArgument, d)
+		if d <= 0 {
+			return fmt.Errorf("%w: quarantine %v must be positive (WithoutAmnesiaGuard turns the guard off)", ErrInvalidArgument, d)
 		}
 		c.quarantine = d
+		return nil
+	}
+}
+
+// WithoutAmnesiaGuard turns the amnesia guard (WithQuarantine) off: every
+// node that sets the key counts, including one that restarted without its
+// data and so forgot a lock it had granted. That is safe only when no node
+// ever forgets a lock while it may be held: every node persists every write
+// before it answers (appendonly yes with appendfsync always), or a node that
+// lost its data is kept out of service for longer than the longest TTL any
+// client uses. Redis's default, appendfsync everysec, can lose the last
+// second of writes, and a node without persistence loses them all.
+func WithoutAmnesiaGuard() Option {
+	return func(c *config) error {
+		c.quarantine = 0
+		return nil
+	}
+}
+
+// DefaultOutageLimit is how long Acquire goes on retrying while no majority
+// of the nodes answers, when WithOutageLimit does not say otherwise: 30 s.
+const DefaultOutageLimit = 30 * time.Second
+
+// WithOutageLimit sets how long Acquire (and Do) retries while no majority
+// of the nodes answers (default DefaultOutageLimit): once its attempts have
+// found no majority answering for d, counted from the start of the first
+// such attempt in a row, it returns a *QuorumError that matches both
+// ErrNotAcquired and ErrNoQuorum, with every node's outcome in the last
+// attempt. An attempt in which a majority answered (granted, taken or
+// quarantined) ends the count. The call may go on for one more retry delay
+// and attempt after d. The Observer (OpOutage) and the logger hear when a
+// call starts waiting an outage out and when a majority answers again. 0
+// means no limit: Acquire then retries until its context ends or its retry
+// policy gives up. A negative d gives ErrInvalidArgument. TryAcquire makes
+// one attempt whatever the limit.
+func WithOutageLimit(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: outage limit %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.outageLimit = d
 		return nil
 	}
 }

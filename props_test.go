@@ -360,6 +360,8 @@ func (m *model) options() []redlock.Option {
 	opts := []redlock.Option{redlock.WithRetention(propRetention)}
 	if m.guard {
 		opts = append(opts, redlock.WithQuarantine(propQuarantine))
+	} else {
+		opts = append(opts, redlock.WithoutAmnesiaGuard())
 	}
 	return opts
 }

@@ -93,9 +93,10 @@ type tally struct {
 	epochs   []uint64 // epochTrusted...; uint64 to share the counters' allocation
 	granted  int
 	// fresh counts quarantined grants from nodes that created the key's
-	// epoch just now; others counts every other answer (errors aside).
-	fresh, others int
-	need          int
+	// epoch just now; others counts every other answer (errors aside);
+	// failed the nodes unreachable, timed out or answering an error.
+	fresh, others, failed int
+	need                  int
 }
 
 // brandNew reports whether the key is new to the cluster: at least a
@@ -135,6 +136,14 @@ func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op n
 	b := c.startVote(ctx, timeout, c.quorum, false, op, nil, true)
 	t, _ := b.count(ctx)
 	return t, b.replies
+}
+
+// voteAcquire is voteQuorum for an acquisition attempt: a vote that cannot
+// be won is decided only once it also tells why (ballot.why).
+func (c *Client) voteAcquire(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
+	b := c.startVote(ctx, timeout, c.quorum, false, op, late, false)
+	b.why = true // read by count only, in this goroutine
+	return b.count(ctx)
 }
 
 // voteAll is voteQuorum waiting for every node's answer, up to the
@@ -231,6 +240,9 @@ func (b *ballot) record(ctx context.Context, r reply) {
 	}
 	switch {
 	case r.err != nil:
+		if res.Outcome != OutcomeCanceled {
+			t.failed++
+		}
 	case res.Outcome == OutcomeQuarantined && r.epoch == epochNew:
 		t.fresh++
 	default:
@@ -252,7 +264,16 @@ func (b *ballot) decided() bool {
 	if t.others == 0 {
 		possible += t.fresh
 	}
-	return t.granted >= t.need || b.answered == n || possible < t.need
+	if t.granted >= t.need || b.answered == n {
+		return true
+	}
+	if possible >= t.need {
+		return false
+	}
+	// Lost. With why, only once a majority answered (the nodes' refusals
+	// decided it) or the nodes that failed are too many for one to answer
+	// (an outage): QuorumError tells ErrTaken from ErrNoQuorum by that.
+	return !b.why || t.fresh+t.others >= t.need || t.failed > n-t.need
 }
 
 // markPending marks the nodes that had not answered when the clock or the
@@ -276,6 +297,7 @@ func (b *ballot) markPending(ctx context.Context) {
 type ballot struct {
 	tally
 	all      bool // voteAll: decided only once every node answered
+	why      bool // voteAcquire: a lost vote also waits until it tells why
 	answered int  // replies recorded, read by the decision loop only
 	// shed[i]: node i's call was never sent (reply.shed); made by the
 	// first such reply, so a vote without one allocates nothing.

@@ -28,6 +28,7 @@ func TestAcquire_SlowMinorityDoesNotDelay(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
 				c := newWarmCluster(t, tc.nodes)
+				c.useKey(t, "report") // not its first use: see TestAmnesiaGuard_FirstUseWaitsAtMostOneNodeTimeout
 				slow := c.nodes[tc.nodes-tc.slow:]
 				for _, nd := range slow {
 					nd.Slow(2 * time.Second)
@@ -71,6 +72,7 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c := newWarmCluster(t, 3, tc.opts...)
+				c.useKey(t, "report") // not its first use: node 0's vote counts
 				c.nodes[1].Slow(2 * time.Second)
 				c.nodes[2].Slow(2 * time.Second)
 
@@ -79,6 +81,7 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 				elapsed := time.Since(start)
 				assert.Nil(t, l)
 				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				assert.ErrorIs(t, err, redlock.ErrNoQuorum, "a majority timed out")
 				assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
 				// One node timeout for the vote, at most one more for the
 				// clean-up release on every node: never the 2 s.
@@ -103,6 +106,7 @@ func TestAcquire_SlowMajorityFailsAtNodeTimeout(t *testing.T) {
 func TestAcquire_EvenSplitFailsPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newWarmCluster(t, 4)
+		c.useKey(t, "report") // not its first use: nodes 2 and 3 count
 		c.holdElsewhere(t, "report", ttl10s, 0, 1)
 		// The refusals come last, so every vote is in when it is decided.
 		c.nodes[0].Slow(5 * time.Millisecond)
@@ -222,7 +226,7 @@ func TestAcquire_MinorityUnreachableSucceeds(t *testing.T) {
 // Every outcome a node can report appears, typed, in the *QuorumError.
 func TestAcquire_PerNodeOutcomes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 7)
+		c := newCluster(t, 7, noGuard)
 		c.holdElsewhere(t, "report", ttl10s, 3)
 		c.nodes[4].Refuse()
 		c.nodes[5].Slow(2 * time.Second)
@@ -238,6 +242,8 @@ func TestAcquire_PerNodeOutcomes(t *testing.T) {
 		assert.Equal(t, 3, qe.Granted)
 		assert.Equal(t, 1, qe.Attempts)
 		assert.Equal(t, redlock.ErrNotAcquired, qe.Err)
+		assert.ErrorIs(t, err, redlock.ErrTaken, "4 of 7 nodes answered, one said taken")
+		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		assert.Equal(t, []redlock.Outcome{
 			redlock.OutcomeGranted, redlock.OutcomeGranted, redlock.OutcomeGranted,
 			redlock.OutcomeTaken, redlock.OutcomeUnreachable, redlock.OutcomeTimedOut, redlock.OutcomeError,
@@ -325,7 +331,9 @@ func TestAcquire_FailedAttemptDeletesOnTakenNodesOnlyWithoutResends(t *testing.T
 					clients[i] = redis.NewClient(o)
 					t.Cleanup(func() { _ = clients[i].Close() })
 				}
-				rl, err := redlock.New(clients, redlock.WithLogger(slog.New(slog.DiscardHandler)))
+				// Guard off: its quarantined first-use grants would decide the
+				// vote before both refusals are in.
+				rl, err := redlock.New(clients, redlock.WithLogger(slog.New(slog.DiscardHandler)), noGuard)
 				require.NoError(t, err)
 				defer rl.Close()
 				_, err = rl.TryAcquire(context.Background(), "report", ttl10s)
@@ -389,10 +397,11 @@ func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
 				var opts []redlock.Option
 				if guard {
 					opts = append(opts, redlock.WithQuarantine(time.Minute))
+				} else {
+					opts = append(opts, redlock.WithoutAmnesiaGuard())
 				}
 				c := newWarmCluster(t, 3)
-				c.holdElsewhere(t, "report", time.Second, 0)
-				c.nodes[2].Refuse()
+				c.holdElsewhere(t, "report", time.Second, 0, 2)
 				clients := make([]redis.UniversalClient, 3)
 				for i, n := range c.nodes {
 					o := n.rc.Options()
@@ -403,8 +412,8 @@ func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
 					clients[i] = redis.NewClient(o)
 					t.Cleanup(func() { _ = clients[i].Close() })
 				}
-				// Node 1's reply comes after node 0's refusal and node 2's
-				// failure decided the vote, within the per-node timeout.
+				// Node 1's reply comes after the refusals of nodes 0 and 2
+				// decided the vote, within the per-node timeout.
 				clients[1].(*redis.Client).AddHook(&resendHook{key: "report", d: 50 * time.Millisecond})
 				rl, err := redlock.New(clients, append(opts, redlock.WithLogger(slog.New(slog.DiscardHandler)))...)
 				require.NoError(t, err)
@@ -419,7 +428,6 @@ func TestAcquire_LateTakenFromAResendingNodeIsUndone(t *testing.T) {
 					assert.Equal(t, "1", c.nodes[1].m.HGet("{report}:epoch", "void"), "node 1's epoch is left unvouched")
 				}
 				require.NoError(t, rl.Close())
-				c.endRedials(2)
 			})
 		})
 	}
@@ -478,6 +486,8 @@ func TestAcquire_FailedAttemptsWithResendsLeaveNoKey(t *testing.T) {
 			opts := []redlock.Option{redlock.WithLogger(slog.New(slog.DiscardHandler))}
 			if rapid.Bool().Draw(rt, "guard") {
 				opts = append(opts, redlock.WithQuarantine(time.Minute))
+			} else {
+				opts = append(opts, redlock.WithoutAmnesiaGuard())
 			}
 			c := newWarmCluster(rt, n)
 			var rcs []*redis.Client

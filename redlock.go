@@ -458,9 +458,10 @@ func (c *Client) Close() error {
 }
 
 // Acquire takes the lock on key for ttl, retrying after a random delay while
-// the key is held elsewhere, until it succeeds, the retry policy gives up, or
-// ctx ends. One attempt, as in the Redlock spec ("Distributed Locks with
-// Redis" at redis.io):
+// the key is held elsewhere, until it succeeds, the retry policy gives up,
+// ctx ends, or no majority of the nodes has answered for the outage limit
+// (WithOutageLimit, default 30 s). One attempt, as in the Redlock spec
+// ("Distributed Locks with Redis" at redis.io):
 //
 //  1. read the monotonic clock;
 //  2. send the acquire script to all N nodes at once, each with the per-node
@@ -486,7 +487,9 @@ func (c *Client) Close() error {
 // ends).
 //
 // When it fails it returns a *QuorumError wrapping ErrNotAcquired (and ctx's
-// error if ctx ended), with every node's outcome in the last attempt; when it
+// error if ctx ended), with every node's outcome in the last attempt, which
+// also matches ErrTaken when the key was held elsewhere or ErrNoQuorum when
+// too few nodes answered (see both); when it
 // returns, no key of its attempts is left on a node that answered in time,
 // and nodes that answered late are cleaned up before it returns. Bad
 // arguments give ErrInvalidArgument; a closed client ErrClosed (also when

@@ -465,7 +465,7 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	t.Run("refused by a majority", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3)
+			c := newCluster(t, 3, noGuard)
 			c.holdElsewhere(t, "report", ttl10s, 0, 1)
 			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
 			require.ErrorIs(t, err, redlock.ErrNotAcquired)
@@ -481,7 +481,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// release was sent to that node) is undone as soon as it arrives.
 	t.Run("late grant within the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newWarmCluster(t, 3)
+			c := newWarmCluster(t, 3, noGuard)
 			c.holdElsewhere(t, "report", ttl10s, 0, 1)
 			c.nodes[2].SlowAcquire(50 * time.Millisecond) // the release is not delayed
 
@@ -502,7 +502,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	// script later; the release sent after it runs after it.
 	t.Run("grant applied after the node timeout", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newWarmCluster(t, 3)
+			c := newWarmCluster(t, 3, noGuard)
 			c.holdElsewhere(t, "report", ttl10s, 0)
 			c.nodes[1].Slow(2 * time.Second)
 			c.nodes[2].Slow(2 * time.Second)
@@ -538,7 +538,7 @@ func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newWarmCluster(t, 3)
+				c := newWarmCluster(t, 3, noGuard)
 				c.nodes[1].Slow(2 * time.Second)
 				c.nodes[2].Slow(2 * time.Second)
 				ctx, cancel := tc.ctx()
@@ -645,7 +645,7 @@ func TestLock_SafeForConcurrentUse(t *testing.T) {
 func TestClose_WaitsForStragglers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newWarmCluster(t, 3)
+		c := newWarmCluster(t, 3, noGuard)
 		c.nodes[2].Slow(2 * time.Second)
 		l := c.acquire(t, ctx, "report", ttl10s)
 		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, l.Nodes()[2].Outcome)
@@ -731,6 +731,8 @@ func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
 				opts := []redlock.Option{redlock.WithRetention(time.Hour)}
 				if guard {
 					opts = append(opts, redlock.WithQuarantine(time.Minute))
+				} else {
+					opts = append(opts, redlock.WithoutAmnesiaGuard())
 				}
 				c := newCluster(t, 3, opts...)
 				names := 1000 // the count; the guard-off run only needs a few
@@ -818,6 +820,8 @@ func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
 				var opts []redlock.Option
 				if guard {
 					opts = append(opts, redlock.WithQuarantine(time.Minute))
+				} else {
+					opts = append(opts, redlock.WithoutAmnesiaGuard())
 				}
 				c := newCluster(t, 3, opts...)
 				l := c.acquire(t, ctx, "report", 900*time.Millisecond)

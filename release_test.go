@@ -264,7 +264,7 @@ func TestRelease_ReturnsAtTheMajorityAndCloseWaitsForTheRest(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newWarmCluster(t, 5)
+		c := newWarmCluster(t, 5, noGuard)
 		l := c.tryAcquire(t, ctx, "report", ttl10s)
 		synctest.Wait()
 		require.Equal(t, 5, c.holders("report"))
@@ -301,7 +301,7 @@ func TestRelease_WaitsOnlyUntilTheResultIsSettled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				c := newWarmCluster(t, 5)
+				c := newWarmCluster(t, 5, noGuard)
 				l := c.tryAcquire(t, ctx, "report", ttl10s)
 				synctest.Wait()
 				// Nodes 0 and 1 lost the key, node 2 has it, node 4 is down:
@@ -354,7 +354,7 @@ func TestTryAcquire_LeavesCallersOptionsAlone(t *testing.T) {
 func TestAcquire_ClosedBetweenAttemptsWaitsForNodeCalls(t *testing.T) {
 	lc := newLeakCheck(t)
 	synctest.Test(t, func(t *testing.T) {
-		c := newWarmCluster(t, 3)
+		c := newWarmCluster(t, 3, noGuard)
 		c.holdElsewhere(t, "job", time.Minute, 0, 1)
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		closing := make(chan struct{})
@@ -450,7 +450,7 @@ func TestScripts_HooksMayRewriteArguments(t *testing.T) {
 func TestRelease_DeleteFollowsTheStragglersGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newWarmCluster(t, 5)
+		c := newWarmCluster(t, 5, noGuard)
 		var (
 			deletes  atomic.Int64
 			deleteAt atomic.Int64 // fake time of node 4's delete, after start
@@ -490,7 +490,7 @@ func TestAcquire_SlowNodeBacklogIsBounded(t *testing.T) {
 		slow := nodes[2].rc.Options()
 		slow.PoolSize = 1 // at most 1 late call
 		slowRC := redis.NewClient(slow)
-		rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC})
+		rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC}, noGuard)
 		require.NoError(t, err)
 		for _, nd := range nodes {
 			require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
@@ -560,7 +560,7 @@ func TestRelease_DeletesWhereAnExtensionPutTheKeyOfAShedCall(t *testing.T) {
 				slow.PoolSize = 1 // at most 1 late call
 				slowRC := redis.NewClient(slow)
 				defer func() { require.NoError(t, slowRC.Close()) }()
-				rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC})
+				rl, err := redlock.New([]redis.UniversalClient{nodes[0].rc, nodes[1].rc, slowRC}, noGuard)
 				require.NoError(t, err)
 				for _, nd := range nodes {
 					require.NoError(t, redlock.LoadScripts(ctx, nd.rc))
@@ -707,7 +707,7 @@ func TestRelease_RacingAnExtensionsPutBackLeavesNoKey(t *testing.T) {
 func TestRelease_NothingIsPutBackOnceReleaseBegan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		c := newWarmCluster(t, 3)
+		c := newWarmCluster(t, 3, noGuard)
 		l := c.acquireSettled(t, ctx, "k", ttl10s)
 		c.nodes[2].m.Del("k") // node 2 restarted empty
 		// Nodes 0 and 1 apply the extension at 20 ms and the release's

@@ -144,7 +144,7 @@ func countAcquires(c *cluster) *atomic.Int64 {
 func TestTryAcquire_MakesOneAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The client's policy would retry forever; TryAcquire overrides it.
-		c := newWarmCluster(t, 3, redlock.WithRetry(redlock.LinearRetry(time.Millisecond, 0, 0)), redlock.WithFencing(false))
+		c := newWarmCluster(t, 3, redlock.WithRetry(redlock.LinearRetry(time.Millisecond, 0, 0)), redlock.WithFencing(false), noGuard)
 		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
 		calls := countAcquires(c)
 
@@ -198,7 +198,7 @@ func TestAcquire_RetriesUntilHolderReleases(t *testing.T) {
 
 func TestAcquire_RetryPolicyLimitsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newWarmCluster(t, 3, redlock.WithFencing(false))
+		c := newWarmCluster(t, 3, redlock.WithFencing(false), noGuard)
 		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
 		calls := countAcquires(c)
 

@@ -179,10 +179,12 @@ end
 // bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
 // on, ARGV[6] the client's proposed seed and ARGV[7] that seed + 1 (see
 // below; Lua would print 16-digit numbers in exponent form). It returns -1
-// (an integer) when the key is taken; for a grant with the guard off, the
-// counter alone (an integer, 0 with fencing off), which spares the reply an
-// array (five allocations per node in go-redis's reader); for a grant with
-// the guard on, {1, counter, epoch state, epoch age in ms}.
+// (an integer) when the key is taken; for a grant with the guard off or a
+// trusted epoch, the counter alone (an integer, 0 with fencing off); for a
+// grant that created the epoch just now, -2 - counter; for any other grant
+// with the guard on, {1, counter, epoch state, epoch age in ms}. Integers
+// spare the common replies an array (five allocations per node in go-redis's
+// reader).
 //
 // With fencing on, a grant increments the key's fencing counter in the same
 // atomic step as the SET NX and returns the new value; a counter that does
@@ -239,19 +241,20 @@ local q = tonumber(ARGV[3])
 if q < 0 then
   return c -- guard off
 end
+local e = redis.call('HMGET', KEYS[3], 'born', 'trusted', 'void')
+if e[2] == '1' then
+  redis.call('PEXPIRE', KEYS[3], r)
+  return c -- trusted
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local e = redis.call('HMGET', KEYS[3], 'born', 'trusted', 'void')
 if not e[1] then
   redis.call('HSET', KEYS[3], 'born', now, 'by', ARGV[1])
   redis.call('PEXPIRE', KEYS[3], r)
-  return {1, c, 2, 0}
+  return -2 - c -- created now: new
 end
 redis.call('PEXPIRE', KEYS[3], r)
 local age = now - tonumber(e[1])
-if e[2] == '1' then
-  return {1, c, 0, age}
-end
 if age >= q then
   return {1, c, 3, age}
 end

@@ -102,6 +102,9 @@ func TestCheckTTL_AgreesWithAcquireAndKeepAlive(t *testing.T) {
 	})
 }
 
+// ErrTaken says "busy" only when the nodes that answered could decide the
+// vote; ErrNoQuorum says that too few answered for that, whatever the
+// survivors said.
 func TestErrTaken(t *testing.T) {
 	// Each case in a bubble of its own, over three fresh nodes.
 	bubble := func(name string, f func(t *testing.T, c *cluster)) {
@@ -116,20 +119,37 @@ func TestErrTaken(t *testing.T) {
 		_, err := c.rl.TryAcquire(ctx, "held", time.Second)
 		assert.ErrorIs(t, err, redlock.ErrTaken)
 		assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		require.NoError(t, l.Release(ctx))
 	})
 
-	bubble("one node says taken, the others unreachable", func(t *testing.T, c *cluster) {
+	bubble("one node says taken, one is unreachable, one answers later", func(t *testing.T, c *cluster) {
+		c.warmUp(t) // the scripts are loaded: one round trip each
 		require.NoError(t, c.nodes[0].m.Set("one", "another-owner"))
 		c.nodes[1].Refuse()
-		c.nodes[2].Slow(time.Second) // still pending when the vote is lost
+		c.nodes[2].Slow(50 * time.Millisecond) // within the per-node timeout, 100 ms
 		_, err := c.rl.TryAcquire(ctx, "one", time.Second)
-		assert.ErrorIs(t, err, redlock.ErrTaken, "any node is enough")
+		assert.ErrorIs(t, err, redlock.ErrTaken, "a majority answered, one of them taken")
+		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
+		// The vote waited for node 2 to tell busy from an outage. Node 2
+		// created the key's epoch, and node 0 showed history: quarantined.
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeUnreachable, redlock.OutcomeQuarantined},
+			outcomes(quorumError(t, err).Nodes))
+		c.endRedials(1)
+	})
+
+	bubble("one node says taken, the others unreachable or timed out", func(t *testing.T, c *cluster) {
+		require.NoError(t, c.nodes[0].m.Set("one", "another-owner"))
+		c.nodes[1].Refuse()
+		c.nodes[2].Slow(time.Second)
+		_, err := c.rl.TryAcquire(ctx, "one", time.Second)
+		assert.ErrorIs(t, err, redlock.ErrNoQuorum, "no majority answered")
+		assert.NotErrorIs(t, err, redlock.ErrTaken, "one survivor's taken does not make the lock busy")
 		assert.ErrorIs(t, err, redlock.ErrNotAcquired)
-		var qe *redlock.QuorumError
-		require.ErrorAs(t, err, &qe)
-		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeUnreachable, redlock.OutcomePending},
-			[]redlock.Outcome{qe.Nodes[0].Outcome, qe.Nodes[1].Outcome, qe.Nodes[2].Outcome})
+		assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeUnreachable, redlock.OutcomeTimedOut},
+			outcomes(quorumError(t, err).Nodes))
+		assert.ErrorContains(t, err, "too few answered")
+		c.endRedials(1)
 	})
 
 	bubble("only unreachable nodes", func(t *testing.T, c *cluster) {
@@ -137,7 +157,9 @@ func TestErrTaken(t *testing.T) {
 		c.nodes[2].Refuse()
 		_, err := c.rl.TryAcquire(ctx, "free", time.Second)
 		assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.ErrorIs(t, err, redlock.ErrNoQuorum)
 		assert.NotErrorIs(t, err, redlock.ErrTaken)
+		c.endRedials(1, 2)
 	})
 
 	bubble("a wait that ends on a held lock", func(t *testing.T, c *cluster) {
@@ -147,6 +169,7 @@ func TestErrTaken(t *testing.T) {
 		_, err := c.rl.Acquire(wctx, "wait", time.Second)
 		assert.ErrorIs(t, err, redlock.ErrTaken)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, redlock.ErrNoQuorum)
 		require.NoError(t, l.Release(ctx))
 	})
 
@@ -158,5 +181,58 @@ func TestErrTaken(t *testing.T) {
 		wrapped := fmt.Errorf("job: %w", &redlock.QuorumError{Op: redlock.OpAcquire, Err: redlock.ErrNotAcquired, Nodes: taken})
 		assert.ErrorIs(t, wrapped, redlock.ErrTaken, "through a wrapper")
 		assert.ErrorIs(t, wrapped, redlock.ErrNotAcquired)
+		assert.NotErrorIs(t, wrapped, redlock.ErrNoQuorum)
+		down := &redlock.QuorumError{Op: redlock.OpAcquire, Err: redlock.ErrNotAcquired, Quorum: 2, Nodes: []redlock.NodeResult{
+			{Outcome: redlock.OutcomeTaken}, {Outcome: redlock.OutcomeError}, {Outcome: redlock.OutcomeTimedOut}}}
+		assert.ErrorIs(t, fmt.Errorf("job: %w", down), redlock.ErrNoQuorum, "through a wrapper")
+		assert.NotErrorIs(t, down, redlock.ErrTaken)
+		cut := &redlock.QuorumError{Op: redlock.OpAcquire, Err: redlock.ErrNotAcquired, Quorum: 2, Nodes: []redlock.NodeResult{
+			{Outcome: redlock.OutcomeTaken}, {Outcome: redlock.OutcomeUnreachable}, {Outcome: redlock.OutcomeCanceled}}}
+		assert.NotErrorIs(t, cut, redlock.ErrNoQuorum, "a node the caller's context cut short did not fail")
+		assert.NotErrorIs(t, &redlock.QuorumError{Op: redlock.OpExtend, Err: redlock.ErrNotHeld, Quorum: 2,
+			Nodes: []redlock.NodeResult{{Outcome: redlock.OutcomeUnreachable}, {Outcome: redlock.OutcomeUnreachable}}}, redlock.ErrNoQuorum,
+			"an extension says so with its own sentinel")
 	})
+}
+
+// A majority of the nodes down, and the survivors hold the key: a rival's
+// attempt met "taken" answers, but no majority answered, so it reports the
+// outage (ErrNoQuorum), not a busy lock (ErrTaken). The killed nodes either
+// refuse connections at once (the survivors' answers may still be pending
+// when the vote is decided) or time out (the survivors have answered by
+// then).
+func TestAcquire_MajorityDownIsNoQuorumNotTaken(t *testing.T) {
+	for _, kill := range []string{"refused", "timed out"} {
+		t.Run(kill, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newCluster(t, 5)
+				holder := c.acquireSettled(t, ctx, "report", ttl10s)
+				for _, i := range []int{0, 1, 2} {
+					if kill == "refused" {
+						c.nodes[i].Refuse()
+					} else {
+						c.nodes[i].Slow(2 * time.Second)
+					}
+				}
+				rival := c.secondClient(t)
+				_, err := rival.TryAcquire(ctx, "report", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				assert.ErrorIs(t, err, redlock.ErrNoQuorum)
+				assert.NotErrorIs(t, err, redlock.ErrTaken, "the survivors' taken must not hide the outage")
+				got := outcomes(quorumError(t, err).Nodes)
+				survivors := []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken}
+				if kill == "refused" {
+					assert.Equal(t, []redlock.Outcome{redlock.OutcomeUnreachable, redlock.OutcomeUnreachable, redlock.OutcomeUnreachable}, got[:3])
+					for i, o := range got[3:] {
+						assert.Contains(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomePending}, o, "node %d", 3+i)
+					}
+					c.endRedials(0, 1, 2)
+				} else {
+					assert.Equal(t, append([]redlock.Outcome{redlock.OutcomeTimedOut, redlock.OutcomeTimedOut, redlock.OutcomeTimedOut}, survivors...), got)
+				}
+				assert.Positive(t, holder.Validity())
+			})
+		})
+	}
 }

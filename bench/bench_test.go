@@ -472,7 +472,7 @@ func benchOps(b *testing.B, kind Kind, addrs []string, srv []*Server, lost *Serv
 // Case 1: 5 nodes, one goroutine, acquire + release on distinct keys.
 func BenchmarkC1Uncontended(b *testing.B) {
 	srv := nodes(b, 5)
-	for _, k := range []Kind{Ours, OursNoFence, Floor, RedsyncTuned, RedsyncDefault, Redislock} {
+	for _, k := range []Kind{Ours, OursNoGuard, OursNoFence, Floor, RedsyncTuned, RedsyncDefault, Redislock} {
 		b.Run(string(k), func(b *testing.B) {
 			benchOps(b, k, addrsOf(srv), srv, nil, 1, nil, nil)
 		})

@@ -42,12 +42,16 @@ type Kind string
 
 // The library configurations the benchmarks compare.
 const (
-	// Ours is redlock.Dial with its defaults (fencing on) and
+	// Ours is redlock.Dial with its defaults (fencing and the amnesia
+	// guard on) and
 	// WithNodeTimeout(NodeTimeout), which is also the default at this TTL.
 	Ours Kind = "ours"
 	// OursNoFence is Ours with WithFencing(false): the same work as
 	// redsync and the floor (no fencing write-back).
 	OursNoFence Kind = "ours-nofence"
+	// OursNoGuard is Ours with WithoutAmnesiaGuard(): what the amnesia
+	// guard, on by default, costs (case 1).
+	OursNoGuard Kind = "ours-noguard"
 	// RedsyncDefault is redsync over go-redis clients made with
 	// redis.Options{Addr} only (go-redis defaults: 3 retries, 5 dial
 	// attempts 100 ms apart, 5 s read timeout, context deadlines ignored)
@@ -75,14 +79,17 @@ const (
 // NewImpl configures kind over the nodes at addrs ("host:port").
 func NewImpl(kind Kind, addrs []string) (Impl, error) {
 	switch kind {
-	case Ours, OursNoFence:
+	case Ours, OursNoFence, OursNoGuard:
 		urls := make([]string, len(addrs))
 		for i, a := range addrs {
 			urls[i] = "redis://" + a
 		}
 		opts := []redlock.Option{redlock.WithNodeTimeout(NodeTimeout)}
-		if kind == OursNoFence {
+		switch kind {
+		case OursNoFence:
 			opts = append(opts, redlock.WithFencing(false))
+		case OursNoGuard:
+			opts = append(opts, redlock.WithoutAmnesiaGuard())
 		}
 		c, err := redlock.Dial(urls, opts...)
 		if err != nil {

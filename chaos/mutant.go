@@ -41,8 +41,9 @@ const (
 	noOwner        = "if v then"
 	setNX          = "ARGV[1], 'NX', 'PX'"
 	incrCounter    = "c = redis.call('INCR', KEYS[2])"
-	returnCounter  = "return {1, c, "        // a grant with the amnesia guard on
-	returnGuardOff = "return c -- guard off" // a grant with the guard off
+	returnCounter  = "return {1, c, "    // a grant with the amnesia guard on, epoch not trusted
+	returnCount    = "return c -- "      // a grant with the guard off, or with a trusted epoch
+	returnNewEpoch = "return -2 - c -- " // a grant that created the epoch just now
 	deleteKey      = "redis.call('DEL', KEYS[1])"
 	readOwner      = "local v = redis.call('GET', KEYS[1])"
 )
@@ -85,7 +86,8 @@ func Mutants() []Mutant {
 		{Name: "token-constant", Summary: "every node reports fencing counter 41, so every token is 41",
 			Scenarios: []string{"no-faults"},
 			rewrites: []mutation.Rewrite{{Script: "acquire", Old: returnCounter, New: "return {1, 41, "},
-				{Script: "acquire", Old: returnGuardOff, New: "return 41"}}},
+				{Script: "acquire", Old: returnCount, New: "return 41 -- "},
+				{Script: "acquire", Old: returnNewEpoch, New: "return -2 - 41 -- "}}},
 		{Name: "lease-ignores-loss", Summary: "the lock-bound context (Do, KeepAlive) is not cancelled when an extension fails or the validity runs out",
 			Scenarios: []string{"asymmetric-partition"}, knobs: &mutation.Knobs{LeaseIgnoresLoss: true}},
 		{Name: "keepalive-never-extends", Summary: "KeepAlive (and Do) never extends the lock",

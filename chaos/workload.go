@@ -63,8 +63,11 @@ type Workload struct {
 	// NoFencing runs the clients without fencing tokens: every token is 0,
 	// so the fenced resource cannot tell holders apart.
 	NoFencing bool
-	// Quarantine turns the clients' amnesia guard on (redlock.WithQuarantine);
-	// 0 leaves it off.
+	// Quarantine turns the clients' amnesia guard on with this quarantine
+	// (redlock.WithQuarantine); 0 turns it off (redlock.WithoutAmnesiaGuard,
+	// although the library's default is on), so that a scenario that is not
+	// about the guard does not depend on it, and the unguarded ones show
+	// what it prevents.
 	Quarantine time.Duration
 }
 
@@ -136,7 +139,11 @@ func (w Workload) connect(ctx context.Context, addrs [][]string, mutant *Mutant)
 	if retryMax <= 0 {
 		retryMax = 20 * time.Millisecond
 	}
-	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), redlock.WithQuarantine(w.Quarantine),
+	guard := redlock.WithoutAmnesiaGuard()
+	if w.Quarantine > 0 {
+		guard = redlock.WithQuarantine(w.Quarantine)
+	}
+	opts := []redlock.Option{redlock.WithFencing(!w.NoFencing), guard,
 		redlock.WithRetry(redlock.ExponentialRetry(min(2*time.Millisecond, retryMax), retryMax, 0))}
 	if w.NodeTimeout > 0 {
 		opts = append(opts, redlock.WithNodeTimeout(w.NodeTimeout))

@@ -51,8 +51,8 @@ func lockNodes(t *testing.T, n int, opts ...redlock.Option) (nodes []*miniredis.
 // the resource, checking tokens, rejects A's write. With and without the
 // amnesia guard (no node loses data here: the guard must not get in the way).
 func TestEndToEndPausedHolderIsRejected(t *testing.T) {
-	t.Run("guard off", func(t *testing.T) { testPausedHolder(t) })
-	t.Run("guard on", func(t *testing.T) { testPausedHolder(t, redlock.WithQuarantine(time.Minute)) })
+	t.Run("guard off", func(t *testing.T) { testPausedHolder(t, redlock.WithoutAmnesiaGuard()) })
+	t.Run("guard on (the default)", func(t *testing.T) { testPausedHolder(t) })
 }
 
 func testPausedHolder(t *testing.T, opts ...redlock.Option) {
@@ -73,9 +73,9 @@ func testPausedHolder(t *testing.T, opts ...redlock.Option) {
 	require.NoError(t, err)
 	require.NotZero(t, a.Token(), "fencing is on by default")
 
-	if len(opts) > 0 { // guard on
-		// The first use's vouching is sent right after A got the lock;
-		// a real pause lasts far longer than that write takes.
+	if len(opts) == 0 { // the guard is on by default
+		// The first use's vouching is sent 10 ms after A got the lock;
+		// a real pause lasts far longer.
 		require.Eventually(t, func() bool {
 			for _, m := range nodes {
 				if m.HGet("{"+key+"}:epoch", "trusted") != "1" {
@@ -143,7 +143,7 @@ func testPausedHolder(t *testing.T, opts ...redlock.Option) {
 func TestEndToEndTokensIncreaseAcrossDifferentQuorums(t *testing.T) {
 	ctx := context.Background()
 	const key, ttl = "job:nightly", 5 * time.Second
-	nodes, newClient := lockNodes(t, 3, redlock.WithQuarantine(0))
+	nodes, newClient := lockNodes(t, 3, redlock.WithoutAmnesiaGuard())
 	_, store := newStore(t)
 
 	// First use of the key, with every node up.

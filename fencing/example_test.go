@@ -53,7 +53,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	// A pauses for longer than the TTL: its key expires on every node.
+	// A works for a moment, then pauses for longer than the TTL: its key
+	// expires on every node.
+	time.Sleep(50 * time.Millisecond)
 	for _, m := range servers {
 		m.FastForward(11 * time.Second)
 	}

@@ -155,7 +155,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
 	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	durationVar(fs, &f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m, for nodes without persistence (0: off; see docs/fencing.md)")
+	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
@@ -231,7 +231,7 @@ func (f execFlags) check() error {
 		opts  []redlock.Option
 	}{
 		{"--ttl", f.ttl, f.timeoutOptions()},
-		{"--quarantine", f.quarantine, []redlock.Option{redlock.WithQuarantine(f.quarantine)}},
+		{"--quarantine", f.quarantine, f.guardOptions()},
 		{"--extend-every", f.extendEvery, f.holdOptions()},
 	} {
 		opts = append(opts, c.opts...)
@@ -253,7 +253,16 @@ func (f execFlags) timeoutOptions() []redlock.Option {
 // lockOptions are the library options the flags set on the Client: the
 // per-node timeout and the amnesia guard's quarantine.
 func (f execFlags) lockOptions() []redlock.Option {
-	return append(f.timeoutOptions(), redlock.WithQuarantine(f.quarantine))
+	return append(f.timeoutOptions(), f.guardOptions()...)
+}
+
+// guardOptions sets the amnesia guard's quarantine, or turns the guard off
+// for --quarantine 0.
+func (f execFlags) guardOptions() []redlock.Option {
+	if f.quarantine == 0 {
+		return []redlock.Option{redlock.WithoutAmnesiaGuard()}
+	}
+	return []redlock.Option{redlock.WithQuarantine(f.quarantine)}
 }
 
 // holdOptions are the library options the flags set on the Lease: the

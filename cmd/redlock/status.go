@@ -68,7 +68,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	key := fs.String("key", "", "the lock's key on the nodes (required)")
 	timeout := durationFlagOf(fs, "timeout", time.Second, "per-node timeout")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	quarantine := durationFlagOf(fs, "quarantine", time.Minute, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
+	quarantine := durationFlagOf(fs, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine the clients use (redlock.WithQuarantine), to show how long a node stays quarantined")
 	// flag prints parse errors itself; the full help goes to stdout, and
 	// only on --help.
 	fs.Usage = func() {}

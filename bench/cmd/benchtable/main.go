@@ -245,6 +245,8 @@ func main() {
 		{"C1 p50: ours / redsync-default", c1 + "ours", "p50-us", c1 + "redsync-default", "p50-us"},
 		{"C1 p50: redsync-tuned / floor", c1 + "redsync-tuned", "p50-us", c1 + "floor", "p50-us"},
 		{"C1 p50: ours / redislock-1node", c1 + "ours", "p50-us", c1 + "redislock-1node", "p50-us"},
+		{"C1 p50: ours / ours-noguard (the amnesia guard's cost)", c1 + "ours", "p50-us", c1 + "ours-noguard", "p50-us"},
+		{"C1 ns/op: ours / ours-noguard", c1 + "ours", "ns/op", c1 + "ours-noguard", "ns/op"},
 		{"C2 p50: ours slow node / ours no fault (control)", c2 + "ours", "p50-us", c2 + "ours-nofault", "p50-us"},
 		{"C2 acquire p50: ours slow node / ours no fault (control)", c2 + "ours", "acq-p50-us", c2 + "ours-nofault", "acq-p50-us"},
 		{"C2 p50: ours slow node / ours C1", c2 + "ours", "p50-us", c1 + "ours", "p50-us"},
