@@ -170,11 +170,11 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	if !l.state.setLease(s) {
-		return nil, fmt.Errorf("%w: lock %q is already kept alive by another Lease", ErrInvalidArgument, l.key)
+		return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
 	if d := cfg.hold.maxHold; d > 0 {
-		s.holdErr = fmt.Errorf("%w: %q held for %v", ErrHoldLimit, l.key, d)
+		s.holdErr = fmt.Errorf("%w: %s held for %v", ErrHoldLimit, keyText(l.key), d)
 		parent, stopHold = context.WithTimeoutCause(ctx, d, s.holdErr)
 	}
 	s.ctx, s.cancel = context.WithCancelCause(withHeld(parent, s))
@@ -190,9 +190,9 @@ func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc
 
 	// The validity deadline is watched by its own timer, not by this loop,
 	// so that the context ends on time even while an extension is in flight.
-	key := l.key
+	key, quoted := l.key, keyText(l.key)
 	validity := time.AfterFunc(time.Until(l.validUntil), func() {
-		s.fail(fmt.Errorf("%w: %q: validity ran out before an extension succeeded", ErrLockLost, key))
+		s.fail(fmt.Errorf("%w: %s: validity ran out before an extension succeeded", ErrLockLost, quoted))
 	})
 	defer validity.Stop()
 	next := time.NewTimer(time.Until(attemptStart(l).Add(interval)))
@@ -216,7 +216,7 @@ func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc
 			// Released, lost by the validity timer, or the caller's context
 			// ended: the next select returns.
 		case err != nil:
-			s.fail(fmt.Errorf("%w: %q: extension failed: %w", ErrLockLost, key, err))
+			s.fail(fmt.Errorf("%w: %s: extension failed: %w", ErrLockLost, quoted, err))
 		case !validity.Stop():
 			// The validity ran out while the extension was in flight: the
 			// timer's function is ending the context. An extension that

@@ -52,7 +52,7 @@ func (c *Client) reentrant(ctx context.Context, key string, cfg config) (l *Lock
 		return nil, true, ErrClosed
 	}
 	if s.ctx.Err() != nil {
-		return nil, true, fmt.Errorf("%w: acquire %q: the lock held by the context has ended: %w", ErrNotAcquired, key, context.Cause(s.ctx))
+		return nil, true, fmt.Errorf("%w: acquire %s: the lock held by the context has ended: %w", ErrNotAcquired, keyText(key), context.Cause(s.ctx))
 	}
 	nested := *s.Lock()
 	nested.nested = true
