@@ -33,6 +33,15 @@ func newStore(t *testing.T, day string) (*miniredis.Miniredis, *dailyreport.Stor
 	return m, dailyreport.NewStore(rdb, day)
 }
 
+// newWorker is newPod with a generous per-node timeout: these tests are
+// about what BuildReport does with the lock, and on a loaded 2-core machine
+// under the race detector five pods on five in-process nodes can stall
+// longer than the default (1% of the TTL, 150 ms), which fails the vote.
+func newWorker(t *testing.T, ms []*miniredis.Miniredis, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	return newPod(t, ms, append([]redlock.Option{redlock.WithNodeTimeout(2 * time.Second)}, opts...)...)
+}
+
 // extensions counts the successful extensions a Client makes.
 type extensions struct{ n atomic.Int32 }
 
@@ -48,7 +57,7 @@ func report(s string) func(context.Context) ([]byte, error) {
 
 func TestBuildReportSavesWithTheToken(t *testing.T) {
 	ms := newCluster(t, 5)
-	pod := newPod(t, ms)
+	pod := newWorker(t, ms)
 	_, store := newStore(t, "d1")
 	ctx := t.Context()
 
@@ -76,7 +85,7 @@ func TestBuildReportSavesWithTheToken(t *testing.T) {
 	}
 
 	// Another pod then finds it built: it does not build it again.
-	built, err = dailyreport.BuildReport(ctx, newPod(t, ms), store, "acme", func(context.Context) ([]byte, error) {
+	built, err = dailyreport.BuildReport(ctx, newWorker(t, ms), store, "acme", func(context.Context) ([]byte, error) {
 		t.Error("built twice")
 		return nil, nil
 	})
@@ -86,7 +95,7 @@ func TestBuildReportSavesWithTheToken(t *testing.T) {
 
 func TestBuildReportBusyIsErrTaken(t *testing.T) {
 	ms := newCluster(t, 5)
-	podA, podB := newPod(t, ms), newPod(t, ms)
+	podA, podB := newWorker(t, ms), newWorker(t, ms)
 	_, store := newStore(t, "d1")
 	finish := holdWhileWorking(func(work func()) error {
 		_, err := dailyreport.BuildReport(context.Background(), podA, store, "acme", func(context.Context) ([]byte, error) {
@@ -109,7 +118,7 @@ func TestBuildReportBusyIsErrTaken(t *testing.T) {
 func TestBuildReportExtendsWhileBuilding(t *testing.T) {
 	ms := newCluster(t, 5)
 	ext := &extensions{}
-	pod := newPod(t, ms, redlock.WithObserver(ext))
+	pod := newWorker(t, ms, redlock.WithObserver(ext))
 	_, store := newStore(t, "d1")
 	built, err := dailyreport.BuildReport(t.Context(), pod, store, "acme", func(ctx context.Context) ([]byte, error) {
 		for ext.n.Load() < 3 { // a build that outlasts three extension intervals
@@ -131,7 +140,7 @@ func TestBuildReportExtendsWhileBuilding(t *testing.T) {
 // write, were it delayed until now, is refused by the store.
 func TestBuildReportLostLockStopsTheBuildAndFencesTheWrite(t *testing.T) {
 	ms := newCluster(t, 5)
-	podA, podB := newPod(t, ms), newPod(t, ms)
+	podA, podB := newWorker(t, ms), newWorker(t, ms)
 	_, store := newStore(t, "d1")
 	ctx := t.Context()
 
@@ -180,7 +189,7 @@ func TestBuildReportLostLockStopsTheBuildAndFencesTheWrite(t *testing.T) {
 
 func TestBuildReportBuildErrorSavesNothing(t *testing.T) {
 	ms := newCluster(t, 3)
-	pod := newPod(t, ms)
+	pod := newWorker(t, ms)
 	_, store := newStore(t, "d1")
 	boom := errors.New("renderer failed")
 	built, err := dailyreport.BuildReport(t.Context(), pod, store, "acme", func(context.Context) ([]byte, error) { return nil, boom })
@@ -196,7 +205,7 @@ func TestBuildReportBuildErrorSavesNothing(t *testing.T) {
 
 func TestBuildReportSurvivesMinorityDown(t *testing.T) {
 	ms := newCluster(t, 5)
-	pod := newPod(t, ms)
+	pod := newWorker(t, ms)
 	_, store := newStore(t, "d1")
 	ms[0].Close()
 	ms[3].Close()
@@ -225,10 +234,7 @@ func TestBuildReportNeverTwoAtOnce(t *testing.T) {
 		wg                sync.WaitGroup
 	)
 	for range pods {
-		// A generous per-node timeout: this test is about exclusion, and
-		// on a loaded 2-core machine under the race detector five pods on
-		// five in-process nodes can stall longer than the default.
-		pod := newPod(t, ms, redlock.WithNodeTimeout(2*time.Second))
+		pod := newWorker(t, ms)
 		wg.Go(func() {
 			for day := range days {
 				store := dailyreport.NewStore(rdb, strconv.Itoa(day))
@@ -260,7 +266,7 @@ func TestBuildReportNeverTwoAtOnce(t *testing.T) {
 }
 
 func TestBuildReportInvalidArguments(t *testing.T) {
-	pod := newPod(t, newCluster(t, 1))
+	pod := newWorker(t, newCluster(t, 1))
 	_, store := newStore(t, "d1")
 	ctx := t.Context()
 	var nilCtx context.Context
