@@ -140,17 +140,14 @@ func unfixableReply(err error) bool {
 // returns the keys of the lock: the lock key, its fencing counter and its
 // epoch.
 func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
-	if key == "" {
-		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	name, err := checkKey(key, cfg.prefix)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 		return nil, err
 	}
 	if err := cfg.checkRetention(ttl); err != nil {
-		return nil, err
-	}
-	name := cfg.prefix + key
-	if err := checkKeyName(name); err != nil {
 		return nil, err
 	}
 	return []string{name, fenceKey(name), epochKey(name)}, nil
@@ -487,11 +484,11 @@ func (c *Client) startAttempt(ctx context.Context, key string, keys []string, tt
 	if err == nil && owner == "" {
 		// A generator that returns "" is misconfigured, not unlucky: every
 		// holder would share that value and release each other's locks.
-		return nil, fmt.Errorf("%w: acquire %q: the owner generator returned an empty value", ErrInvalidArgument, key)
+		return nil, fmt.Errorf("%w: acquire %s: the owner generator returned an empty value", ErrInvalidArgument, keyText(key))
 	}
 	if err != nil {
-		cfg.logger.Error("redlock: owner generator failed", "key", key, "err", err)
-		return nil, fmt.Errorf("%w: acquire %q: owner generator: %w", ErrNotAcquired, key, err)
+		cfg.logger.Error("redlock: owner generator failed", "key", keyAttr(key), "err", err)
+		return nil, fmt.Errorf("%w: acquire %s: owner generator: %w", ErrNotAcquired, keyText(key), err)
 	}
 	a := &acquisition{
 		c: c, cfg: cfg, ctx: ctx, key: key, keys: keys, ttl: ttl, owner: owner,
@@ -677,7 +674,7 @@ func (a *acquisition) countVotes(key string, acq *tally) grantSet {
 		switch r.Outcome {
 		case OutcomeQuarantined:
 			a.cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
-				"key", key, "node", r.Node, "quarantine_left", r.QuarantineLeft)
+				"key", keyAttr(key), "node", r.Node, "quarantine_left", r.QuarantineLeft)
 			fallthrough
 		case OutcomeGranted:
 			g.idx = append(g.idx, i)

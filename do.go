@@ -82,12 +82,14 @@ func WithMaxHold(d time.Duration) Option {
 
 // Lease keeps an acquired lock alive: it extends the lock in the background
 // and provides a context that is canceled the moment the lock can no longer
-// be trusted. Get one with Lock.KeepAlive; Do uses one for you. Its methods
-// are safe for concurrent use.
+// be trusted. Get one with Lock.KeepAlive; Do hands its function one. What
+// the work needs is here: the fencing token (Token), the validity left,
+// which follows every extension (Validity, ValidUntil), and why the Lease
+// ended (Err, Done). Its methods are safe for concurrent use.
 //
 // The Lease's context carries the lock: Acquire (and Do) called with it, or a
 // context derived from it, on the same Client and key is reentrant (see
-// Client.Acquire).
+// Client.Acquire), and the nested handle reports this Lease's validity.
 type Lease struct {
 	client *Client
 	name   string // the key on the nodes (prefix included)
@@ -168,11 +170,11 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	if !l.state.setLease(s) {
-		return nil, fmt.Errorf("%w: lock %q is already kept alive by another Lease", ErrInvalidArgument, l.key)
+		return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
 	if d := cfg.hold.maxHold; d > 0 {
-		s.holdErr = fmt.Errorf("%w: %q held for %v", ErrHoldLimit, l.key, d)
+		s.holdErr = fmt.Errorf("%w: %s held for %v", ErrHoldLimit, keyText(l.key), d)
 		parent, stopHold = context.WithTimeoutCause(ctx, d, s.holdErr)
 	}
 	s.ctx, s.cancel = context.WithCancelCause(withHeld(parent, s))
@@ -188,9 +190,9 @@ func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc
 
 	// The validity deadline is watched by its own timer, not by this loop,
 	// so that the context ends on time even while an extension is in flight.
-	key := l.key
+	key, quoted := l.key, keyText(l.key)
 	validity := time.AfterFunc(time.Until(l.validUntil), func() {
-		s.fail(fmt.Errorf("%w: %q: validity ran out before an extension succeeded", ErrLockLost, key))
+		s.fail(fmt.Errorf("%w: %s: validity ran out before an extension succeeded", ErrLockLost, quoted))
 	})
 	defer validity.Stop()
 	next := time.NewTimer(time.Until(attemptStart(l).Add(interval)))
@@ -214,7 +216,7 @@ func (s *Lease) run(l *Lock, interval time.Duration, stopHold context.CancelFunc
 			// Released, lost by the validity timer, or the caller's context
 			// ended: the next select returns.
 		case err != nil:
-			s.fail(fmt.Errorf("%w: %q: extension failed: %w", ErrLockLost, key, err))
+			s.fail(fmt.Errorf("%w: %s: extension failed: %w", ErrLockLost, quoted, err))
 		case !validity.Stop():
 			// The validity ran out while the extension was in flight: the
 			// timer's function is ending the context. An extension that
@@ -268,14 +270,40 @@ func (s *Lease) Context() context.Context { return s.ctx }
 func (s *Lease) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err returns nil while the Lease's context is live, and afterwards why it
-// ended (context.Cause): an error wrapping ErrLockLost or ErrHoldLimit, the
-// cause of the parent context, or one wrapping context.Canceled after
-// Release.
+// ended: the same error as context.Cause(s.Context()). That is an error
+// wrapping ErrLockLost (with the failed extension's *QuorumError, if one
+// failed) or ErrHoldLimit, the cause of the parent context, or one wrapping
+// context.Canceled after Release. Test it with errors.Is.
 func (s *Lease) Err() error {
 	if s.ctx.Err() == nil {
 		return nil
 	}
 	return context.Cause(s.ctx)
+}
+
+// Key returns the key as passed to Acquire or Do (without the prefix).
+func (s *Lease) Key() string { return s.Lock().Key() }
+
+// Token returns the lock's fencing token (see Lock.Token): extensions keep
+// it. Pass it with every write to the resource the lock protects. It is 0
+// when fencing is off.
+func (s *Lease) Token() uint64 { return s.Lock().Token() }
+
+// ValidUntil returns the validity deadline of the latest successful
+// extension (at first, the acquisition's): it moves forward with every
+// extension. It does not change when the Lease ends: Validity says so.
+func (s *Lease) ValidUntil() time.Time { return s.Lock().ValidUntil() }
+
+// Validity returns how long the work may still count on the lock: the time
+// left until ValidUntil while the Lease is live, and zero or negative once
+// its context has ended (Err is not nil), whatever the deadline says. Work
+// only while it is positive. It reads the monotonic clock.
+func (s *Lease) Validity() time.Duration {
+	left := s.Lock().Validity()
+	if s.ctx.Err() != nil {
+		return min(left, 0)
+	}
+	return left
 }
 
 // Lock returns the latest handle of the lock: the one from the most recent
@@ -302,34 +330,41 @@ func (s *Lease) Release(ctx context.Context) error {
 }
 
 // Do acquires the lock on key for ttl (as Acquire, with the same options),
-// runs fn with a context bound to the lock (as Lock.KeepAlive: extended in
-// the background, canceled the moment the lock can no longer be trusted),
-// and releases the lock when fn returns or panics, or when the hold limit
-// (WithMaxHold) passes, whichever is first. A panic propagates after the
-// release. When Do returns, the extender and the hold-limit watcher have
-// stopped; like Acquire, Extend and Release, Do decides at a majority and
-// does not wait for a slow or unreachable minority: node calls the votes did
-// not wait for (the release's remaining deletes, the stragglers of the
-// acquisition and extensions) end in the background, each bounded by the
-// per-node timeout, and Client.Close waits for them.
+// runs fn with the Lease that keeps the lock (as Lock.KeepAlive: extended in
+// the background, its context canceled the moment the lock can no longer be
+// trusted), and releases the lock when fn returns or panics, or when the hold
+// limit (WithMaxHold) passes, whichever is first. fn's ctx is lease.Context();
+// lease gives the fencing token to pass with fn's writes, the validity left
+// (following every extension) and, once ctx ended, why (lease.Err(), the same
+// as context.Cause(ctx)). A panic propagates after the release. When Do
+// returns, the extender and the hold-limit watcher have stopped; like
+// Acquire, Extend and Release, Do decides at a majority and does not wait for
+// a slow or unreachable minority: node calls the votes did not wait for (the
+// release's remaining deletes, the stragglers of the acquisition and
+// extensions) end in the background, each bounded by the per-node timeout,
+// and Client.Close waits for them.
 //
 // It returns:
 //   - the error of Acquire, without running fn, when the lock was not
-//     acquired (ErrNotAcquired, ErrInvalidArgument, ErrClosed; see Acquire);
+//     acquired (ErrNotAcquired, with ErrTaken when another owner holds it;
+//     ErrInvalidArgument, ErrClosed; see Acquire);
 //   - ErrInvalidArgument for a nil fn or an extension interval not below the
 //     validity, before contacting any node;
 //   - when the lock was lost or the hold limit passed before fn returned, an
 //     error wrapping the Lease's cause (ErrLockLost with the failed
 //     extension's *QuorumError, or ErrHoldLimit) and fn's error if any, so
-//     errors.Is matches both;
+//     errors.Is matches both; when fn's error already wraps the cause (fn
+//     returned context.Cause(ctx), or wrapped it), fn's error alone, so that
+//     the cause is said once;
 //   - otherwise fn's error.
 //
 // A failed release after fn returned is not returned (fn's work is done and
 // the keys expire at their TTL): it is logged at warn level and reported to
 // the Observer. If ctx already holds key through this Client (Do nested in
-// Do, see Acquire), fn runs under the outer holder's lock and the outermost
-// Do releases it. opts may include WithExtendInterval and WithMaxHold.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+// Do, see Acquire), fn runs under the outer holder's lock, its lease reports
+// the outer Lease's validity, and the outermost Do releases the lock. opts
+// may include WithExtendInterval and WithMaxHold.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -378,15 +413,18 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 			_ = lease.Release(context.WithoutCancel(ctx))
 		}
 	}()
-	fnErr := fn(lease.Context())
+	fnErr := fn(lease.Context(), lease)
 	returned = true
 	stopWatcher()
 
 	cause := lease.Err()
 	_ = lease.Release(context.WithoutCancel(ctx)) // logged and observed by Release
 	if errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrHoldLimit) {
-		if fnErr == nil {
+		switch {
+		case fnErr == nil:
 			return cause
+		case errors.Is(fnErr, cause): // fn passed the cause on: say it once
+			return fnErr
 		}
 		return fmt.Errorf("%w; fn returned: %w", cause, fnErr)
 	}

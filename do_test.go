@@ -68,7 +68,7 @@ func TestDo_AutoExtensionKeepsLockForManyTTLs(t *testing.T) {
 		c := newCluster(t, 3, redlock.WithObserver(ev))
 		const ttl = time.Second
 		start := time.Now()
-		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context, _ *redlock.Lease) error {
 			// 30 TTLs of work, checking all along that the lock is held.
 			for range 300 {
 				time.Sleep(100 * time.Millisecond)
@@ -140,7 +140,7 @@ func TestDo_DoesNotWaitForASlowNode(t *testing.T) {
 		c.nodes[2].SlowAcquire(50 * time.Millisecond)
 		base := goleak.IgnoreCurrent()
 		start := time.Now()
-		err := c.rl.Do(context.Background(), "job", ttl10s, func(context.Context) error { return nil })
+		err := c.rl.Do(context.Background(), "job", ttl10s, func(context.Context, *redlock.Lease) error { return nil })
 		require.NoError(t, err)
 		assert.Zero(t, time.Since(start), "Do did not wait for the slow node")
 		require.NoError(t, c.rl.Close())
@@ -159,7 +159,7 @@ func TestDo_MajorityKilledCancelsBeforeValidityDeadline(t *testing.T) {
 			fnErr                error
 		)
 		start := time.Now()
-		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context, _ *redlock.Lease) error {
 			time.Sleep(500 * time.Millisecond)
 			// The lock's current handle, through reentrancy: no round trip.
 			l := c.acquire(t, ctx, "job", ttl)
@@ -193,7 +193,7 @@ func TestDo_ValidityRunsOutWhileExtensionHangs(t *testing.T) {
 		const ttl = time.Second
 		var deadline, canceledAt time.Time
 		var cause error
-		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context, _ *redlock.Lease) error {
 			l := c.acquire(t, ctx, "job", ttl)
 			deadline = l.ValidUntil()
 			for _, n := range c.nodes {
@@ -216,7 +216,7 @@ func TestDo_ValidityRunsOutWhileExtensionHangs(t *testing.T) {
 func TestDo_LockTakenIsLostWithNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
-		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 			// Someone else's value replaces ours everywhere (as after an
 			// expiry and a new holder).
 			for _, n := range c.nodes {
@@ -247,17 +247,17 @@ func TestDo_Errors(t *testing.T) {
 			ev := &eventLog{}
 			c := newCluster(t, 3, redlock.WithObserver(ev))
 			ran := false
-			err := c.rl.Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil },
+			err := c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { ran = true; return nil },
 				redlock.WithExtendInterval(time.Second))
 			assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
 			assert.False(t, ran)
 			n, _ := ev.count(redlock.OpAcquire)
 			assert.Zero(t, n)
-			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Second, func(context.Context) error { return nil },
+			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { return nil },
 				redlock.WithExtendInterval(-time.Second)), redlock.ErrInvalidArgument)
-			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Second, func(context.Context) error { return nil },
+			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { return nil },
 				redlock.WithMaxHold(-time.Second)), redlock.ErrInvalidArgument)
-			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Millisecond, func(context.Context) error { return nil }),
+			assert.ErrorIs(t, c.rl.Do(ctx, "job", time.Millisecond, func(context.Context, *redlock.Lease) error { return nil }),
 				redlock.ErrInvalidArgument)
 		})
 	})
@@ -266,7 +266,7 @@ func TestDo_Errors(t *testing.T) {
 			c := newCluster(t, 3)
 			c.holdElsewhere(t, "job", time.Minute, 0, 1, 2)
 			ran := false
-			err := c.rl.Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil },
+			err := c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { ran = true; return nil },
 				redlock.WithRetry(redlock.NoRetry()))
 			assert.ErrorIs(t, err, redlock.ErrNotAcquired)
 			assert.False(t, ran)
@@ -276,7 +276,7 @@ func TestDo_Errors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
 			errWork := errors.New("work failed")
-			err := c.rl.Do(ctx, "job", time.Second, func(context.Context) error { return errWork })
+			err := c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { return errWork })
 			assert.Equal(t, errWork, err)
 			c.requireGone(t, "job") // a straggling grant is undone in the background
 		})
@@ -286,7 +286,7 @@ func TestDo_Errors(t *testing.T) {
 			c := newCluster(t, 3)
 			func() {
 				defer func() { assert.Equal(t, "boom", recover()) }()
-				_ = c.rl.Do(ctx, "job", time.Second, func(context.Context) error { panic("boom") })
+				_ = c.rl.Do(ctx, "job", time.Second, func(context.Context, *redlock.Lease) error { panic("boom") })
 				t.Error("Do returned instead of panicking")
 			}()
 			c.requireGone(t, "job") // a straggling grant is undone in the background
@@ -296,7 +296,7 @@ func TestDo_Errors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
 			parent, cancel := context.WithCancel(ctx)
-			err := c.rl.Do(parent, "job", time.Second, func(ctx context.Context) error {
+			err := c.rl.Do(parent, "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 				time.Sleep(2 * time.Second)
 				cancel()
 				<-ctx.Done()
@@ -312,7 +312,7 @@ func TestDo_Errors(t *testing.T) {
 			c := newCluster(t, 3)
 			start := time.Now()
 			var endedAt time.Time
-			err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
+			err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 				<-ctx.Done()
 				endedAt = time.Now()
 				return ctx.Err()
@@ -391,14 +391,14 @@ func TestAcquire_ReentrantThroughContext(t *testing.T) {
 		ev := &eventLog{}
 		c := newCluster(t, 3, redlock.WithObserver(ev))
 		ctx := context.Background()
-		err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
+		err := c.rl.Do(ctx, "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 			outer := c.acquire(t, ctx, "job", time.Minute)
 			assert.Zero(t, outer.Attempts(), "nested handle")
 			assert.Equal(t, time.Second, outer.TTL(), "the holder's TTL, not the nested call's")
 
 			// Nested Do on the same key: runs at once, releases nothing.
 			ran := false
-			require.NoError(t, c.rl.Do(ctx, "job", time.Second, func(inner context.Context) error {
+			require.NoError(t, c.rl.Do(ctx, "job", time.Second, func(inner context.Context, _ *redlock.Lease) error {
 				ran = true
 				l, err := c.rl.TryAcquire(inner, "job", time.Second)
 				require.NoError(t, err)
@@ -456,7 +456,7 @@ func TestObserve_LogsWithoutSecrets(t *testing.T) {
 		ev := &eventLog{}
 		c := newCluster(t, 3, redlock.WithLogger(logger), redlock.WithObserver(ev))
 		var owner string
-		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 			l := c.acquire(t, ctx, "job", time.Second)
 			owner = l.Owner()
 			time.Sleep(time.Second) // a few extensions
@@ -578,7 +578,7 @@ func TestDo_HoldLimitReleasesAtOnce(t *testing.T) {
 			limit = 2500 * time.Millisecond
 		)
 		start := time.Now()
-		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+		err := c.rl.Do(context.Background(), "job", ttl, func(ctx context.Context, _ *redlock.Lease) error {
 			time.Sleep(limit - time.Millisecond)
 			assert.Equal(t, 3, c.holders("job"), "held until the limit")
 			latest, err := c.rl.Acquire(ctx, "job", ttl) // the nested handle of the latest extension

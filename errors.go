@@ -15,10 +15,11 @@ import (
 // ErrNoQuorum and ErrTaken.
 var (
 	// ErrInvalidArgument reports bad input: no nodes, a nil or duplicate
-	// client, a malformed URL, an empty key, a TTL too short to leave
-	// validity after the drift allowance and one per-node timeout (the
-	// error names the smallest usable TTL), a negative factor or timeout,
-	// a nil function or pointer given to an option.
+	// client, a malformed URL, an empty key or one longer than MaxKeyLen
+	// (errors and logs show a long key as a short prefix and its length), a
+	// TTL too short to leave validity after the drift allowance and one
+	// per-node timeout (the error names the smallest usable TTL), a negative
+	// factor or timeout, a nil function or pointer given to an option.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
 	// many nodes (ErrTaken), too few nodes answered (ErrNoQuorum), the
@@ -87,10 +88,10 @@ func (e *QuorumError) Error() string {
 	var b strings.Builder
 	if len(e.Nodes) == 0 && e.Cause != nil {
 		// Refused before any round trip (an Extend past the validity).
-		fmt.Fprintf(&b, "%v: %s %q: %v; nothing sent", e.Err, e.Op, e.Key, e.Cause)
+		fmt.Fprintf(&b, "%v: %s %s: %v; nothing sent", e.Err, e.Op, keyText(e.Key), e.Cause)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "%v: %s %q: applied on %d of %d nodes, %d needed", e.Err, e.Op, e.Key, e.Granted, len(e.Nodes), e.Quorum)
+	fmt.Fprintf(&b, "%v: %s %s: applied on %d of %d nodes, %d needed", e.Err, e.Op, keyText(e.Key), e.Granted, len(e.Nodes), e.Quorum)
 	if e.Err == ErrNotAcquired && e.noQuorum() {
 		b.WriteString(", too few answered")
 	}

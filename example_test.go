@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/fencing"
 )
 
 // Five independent Redis masters (here in-process miniredis nodes), one lock
@@ -240,27 +241,36 @@ func dialNodes(n int) (client *redlock.Client, stop func()) {
 
 // Do holds the lock while a function runs: it acquires the lock, extends it
 // in the background (every TTL/3 by default), and releases it when the
-// function returns. The function's context ends the moment the lock can no
-// longer be trusted, so pass it to everything the work does. When Do
-// returns, the lock is released and nothing Do started is still running.
+// function returns. The function gets the Lease: its context ends the moment
+// the lock can no longer be trusted (pass it to everything the work does;
+// context.Cause, or lease.Err, says why), its validity follows every
+// extension, and its fencing token goes with every write, so that the store
+// refuses a stale holder's (here a fencing.Guard). When Do returns, the lock
+// is released and nothing Do started is still running.
 func ExampleClient_Do() {
 	client, stop := dialNodes(3)
 	defer stop()
 
+	var store fencing.Guard // the report store's check of the tokens
 	ctx := context.Background()
 	var token uint64
-	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context) error {
-		// Acquire with Do's context returns the held lock (see the
-		// reentrant example): here, to read its fencing token.
-		lock, err := client.Acquire(ctx, "report:acme", 10*time.Second)
-		if err != nil {
-			return err
+	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+		first := lease.ValidUntil()
+		for range 3 { // three steps of work, each stopping if the lock is lost
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		token = lock.Token()
-		fmt.Println("building the report with a fencing token:", token > 0)
-		return ctx.Err() // ... the work, stopping if the lock is lost ...
-	})
-	if errors.Is(err, redlock.ErrNotAcquired) {
+		fmt.Println("extended while working:", lease.ValidUntil().After(first), lease.Validity() > 0)
+		token = lease.Token()
+		return store.Do(token, func() error {
+			return nil // ... save the report ...
+		})
+	}, redlock.WithRetry(redlock.NoRetry()), // one attempt: a busy report is left to its holder
+		redlock.WithExtendInterval(50*time.Millisecond)) // to see extensions here
+	if errors.Is(err, redlock.ErrTaken) {
 		fmt.Println("another worker has it")
 		return
 	}
@@ -274,11 +284,17 @@ func ExampleClient_Do() {
 	// Tokens start from a node's clock in microseconds: only their order
 	// carries meaning.
 	fmt.Println("next token is greater:", next.Token() > token)
+	if err := store.Check(next.Token()); err != nil { // the new holder writes
+		log.Fatal(err)
+	}
 	_ = next.Release(ctx)
+	// A write still carrying the old token (a paused first holder) is refused.
+	fmt.Println("stale write refused:", errors.Is(store.Check(token), fencing.ErrStale))
 	// Output:
-	// building the report with a fencing token: true
+	// extended while working: true true
 	// done: <nil>
 	// next token is greater: true
+	// stale write refused: true
 }
 
 // KeepAlive keeps a lock you acquired yourself alive in the background. Its
@@ -344,7 +360,7 @@ func ExampleClient_Acquire_reentrant() {
 	if err := rebuild(ctx); err != nil { // on its own: takes the lock
 		log.Fatal(err)
 	}
-	err := client.Do(ctx, "index", 10*time.Second, func(ctx context.Context) error {
+	err := client.Do(ctx, "index", 10*time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 		if err := rebuild(ctx); err != nil { // under Do: uses Do's lock
 			return err
 		}

@@ -53,18 +53,15 @@ type NodeState struct {
 // NodeState per node in node order. It is read-only: it neither takes nor
 // waits for the lock, and what it reports may change right after. A node that
 // cannot be read has Err set; Inspect itself returns ErrInvalidArgument for an
-// empty key or one Acquire refuses (a brace but no hash tag) and ErrClosed on
-// a closed Client.
+// empty key or one Acquire refuses (longer than MaxKeyLen, a brace but no
+// hash tag) and ErrClosed on a closed Client.
 func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
-	if key == "" {
-		return nil, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	name, err := checkKey(key, c.cfg.prefix)
+	if err != nil {
+		return nil, err
 	}
 	if c.closed.Load() {
 		return nil, ErrClosed
-	}
-	name := c.cfg.prefix + key
-	if err := checkKeyName(name); err != nil {
-		return nil, err
 	}
 	keys := []string{name, fenceKey(name), epochKey(name)}
 	timeout := c.cfg.nodeTimeout

@@ -39,7 +39,7 @@ func hasHashTag(name string) bool {
 // valid hash tag, such as "a}b" or "a{}b".
 func checkKeyName(name string) error {
 	if !hasHashTag(name) && strings.ContainsAny(name, "{}") {
-		return fmt.Errorf("%w: key %q has a brace but no hash tag (\"{tag}\"): its fencing counter could not share its cluster slot", ErrInvalidArgument, name)
+		return fmt.Errorf("%w: key %s has a brace but no hash tag (\"{tag}\"): its fencing counter could not share its cluster slot", ErrInvalidArgument, keyText(name))
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ type Lock struct {
 	attempts   int
 	nodes      []NodeResult
 	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
+	// holder is, for a nested handle, the outermost Lease keeping the lock
+	// alive: the handle reports its validity, not that of the grant it
+	// was copied from.
+	holder *Lease
 	// vouch: with the amnesia guard on, not every node granted in time with
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
@@ -263,8 +267,15 @@ func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 // ValidUntil returns the validity deadline: the start of the attempt (or
 // extension) plus TTL minus the drift allowance. Past it the lock may have
 // expired on some node and another client may hold it. It does not change
-// when the lock is released or lost before it: Validity says so.
-func (l *Lock) ValidUntil() time.Time { return l.validUntil }
+// when the lock is released or lost before it: Validity says so. A nested
+// (reentrant) handle returns its holder's Lease.ValidUntil, which follows
+// the Lease's extensions.
+func (l *Lock) ValidUntil() time.Time {
+	if l.holder != nil {
+		return l.holder.ValidUntil()
+	}
+	return l.validUntil
+}
 
 // Validity returns the validity time left: zero or negative once the lock
 // must no longer be trusted. That is when the deadline (ValidUntil) has
@@ -272,8 +283,12 @@ func (l *Lock) ValidUntil() time.Time { return l.validUntil }
 // Lease's, nested ones), as soon as Release was called on any of them (a
 // nested handle's Release aside: the outermost holder releases) or a Lease
 // keeping the lock declared it lost (ErrLockLost). It reads the monotonic
-// clock.
+// clock. A nested (reentrant) handle returns its holder's Lease.Validity: it
+// follows the Lease's extensions, and ends with the Lease.
 func (l *Lock) Validity() time.Duration {
+	if l.holder != nil {
+		return l.holder.Validity()
+	}
 	left := time.Until(l.validUntil)
 	if l.state.ended.Load() {
 		return min(left, 0)
@@ -576,8 +591,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
-	if !start.Before(l.validUntil) {
-		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
+	if validUntil := l.ValidUntil(); !start.Before(validUntil) {
+		cause := fmt.Errorf("validity ran out %v ago", start.Sub(validUntil).Round(time.Millisecond))
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
 	}
 	// Recorded before the vote: a failed extension may still have applied

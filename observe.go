@@ -185,7 +185,7 @@ func logMessage(ev Event) string {
 // names the user gave); errors name nodes and outcomes, never owner values or
 // passwords.
 func eventAttrs(ev Event) []slog.Attr {
-	attrs := []slog.Attr{slog.String("key", ev.Key)}
+	attrs := []slog.Attr{slog.String("key", keyAttr(ev.Key))}
 	if ev.Op != OpLost {
 		attrs = append(attrs,
 			slog.Bool("ok", ev.OK),

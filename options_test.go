@@ -286,7 +286,7 @@ func TestOptions_BadInputInEveryCall(t *testing.T) {
 		for _, tc := range append(badOptions[:len(badOptions):len(badOptions)], badForTTL10s...) {
 			var err error
 			require.NotPanics(t, func() {
-				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context) error { ran = true; return nil }, tc.opt)
+				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context, *redlock.Lease) error { ran = true; return nil }, tc.opt)
 			}, tc.name)
 			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Do: %s", tc.name)
 			assert.ErrorContains(t, err, tc.msg, "Do: %s", tc.name)
@@ -329,7 +329,7 @@ func TestTTL_SmallestUsable(t *testing.T) {
 				short := tc.min - time.Millisecond
 				_, err := c.rl.TryAcquire(ctx, "job", short)
 				requireInvalid(t, err, "smallest usable ttl with this drift factor and per-node timeout is "+tc.min.String())
-				err = c.rl.Do(ctx, "job", short, func(context.Context) error { return nil })
+				err = c.rl.Do(ctx, "job", short, func(context.Context, *redlock.Lease) error { return nil })
 				requireInvalid(t, err, "smallest usable ttl")
 
 				l := c.tryAcquire(t, ctx, "job", tc.min)

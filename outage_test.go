@@ -168,7 +168,7 @@ func TestDo_OutageEndsAtTheLimit(t *testing.T) {
 		start := time.Now()
 		done := make(chan error, 1)
 		go func() {
-			done <- c.rl.Do(context.Background(), "report", ttl10s, func(context.Context) error {
+			done <- c.rl.Do(context.Background(), "report", ttl10s, func(context.Context, *redlock.Lease) error {
 				t.Error("fn ran without the lock")
 				return nil
 			})
@@ -223,7 +223,7 @@ func TestAcquire_RefusedAddressesEndAtTheLimit(t *testing.T) {
 			return err
 		},
 		"Do": func() error {
-			return rl.Do(context.Background(), "report", ttl10s, func(context.Context) error { return errors.New("ran") })
+			return rl.Do(context.Background(), "report", ttl10s, func(context.Context, *redlock.Lease) error { return errors.New("ran") })
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

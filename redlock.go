@@ -15,7 +15,8 @@
 //
 // Do runs a function under the lock, extending it while the function runs
 // and ending the function's context the moment the lock can no longer be
-// trusted; Lock.KeepAlive does the extending for a lock you hold yourself.
+// trusted; the function gets the Lease, with the fencing token and the
+// validity left. Lock.KeepAlive does the extending for a lock you hold yourself.
 // Both are reentrant through the context (see Client.Acquire). The examples
 // (ExampleClient_Do, ExampleLock_KeepAlive, ExampleClient_Acquire_reentrant)
 // show each use.

@@ -42,7 +42,7 @@ func heldLease(ctx context.Context, c *Client, name string) *Lease {
 // prefix) on c; ok is false when it does not, and Acquire must contend as
 // usual. A nested handle is a copy of the holder's latest Lock marked nested:
 // its Release leaves the nodes alone, so the lock stays until the outermost
-// holder releases it.
+// holder releases it, and its validity is the outermost Lease's (holder).
 func (c *Client) reentrant(ctx context.Context, key string, cfg config) (l *Lock, ok bool, err error) {
 	s := heldLease(ctx, c, cfg.prefix+key)
 	if s == nil {
@@ -52,10 +52,13 @@ func (c *Client) reentrant(ctx context.Context, key string, cfg config) (l *Lock
 		return nil, true, ErrClosed
 	}
 	if s.ctx.Err() != nil {
-		return nil, true, fmt.Errorf("%w: acquire %q: the lock held by the context has ended: %w", ErrNotAcquired, key, context.Cause(s.ctx))
+		return nil, true, fmt.Errorf("%w: acquire %s: the lock held by the context has ended: %w", ErrNotAcquired, keyText(key), context.Cause(s.ctx))
 	}
 	nested := *s.Lock()
 	nested.nested = true
+	if nested.holder == nil { // s itself is not nested
+		nested.holder = s
+	}
 	nested.key = key
 	nested.attempts = 0
 	return &nested, true, nil

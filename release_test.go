@@ -185,7 +185,7 @@ func TestLock_ValidityEndsWithTheLock(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newCluster(t, 3)
 			var nested *redlock.Lock
-			require.NoError(t, c.rl.Do(ctx, "job", ttl10s, func(ctx context.Context) error {
+			require.NoError(t, c.rl.Do(ctx, "job", ttl10s, func(ctx context.Context, _ *redlock.Lease) error {
 				nested = c.acquire(t, ctx, "job", ttl10s)
 				require.NoError(t, nested.Release(ctx), "a nested release leaves the lock held")
 				assert.Positive(t, nested.Validity(), "still held by the outer Do")

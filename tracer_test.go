@@ -107,7 +107,7 @@ func TestTracer_EachCallStartsAndEndsOnceAndItsEventsCarryItsContext(t *testing.
 		// Do: its acquisition, extensions and release are children of the
 		// Do call; fn's context carries it, and a reentrant Acquire inside
 		// starts no call of its own.
-		err = c.rl.Do(ctx, "job", time.Second, func(ctx context.Context) error {
+		err = c.rl.Do(ctx, "job", time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 			assert.Equal(t, 6, callOf(ctx), "fn's context derives from the Do call's")
 			nested := c.acquire(t, ctx, "job", time.Second)
 			require.NoError(t, nested.Release(ctx))

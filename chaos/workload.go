@@ -602,30 +602,33 @@ func (h *holder) holdDo(ctx context.Context, n int) bool {
 	w := h.w
 	start := time.Now()
 	acquired := false
-	err := h.c.Do(ctx, h.key, w.TTL, func(lctx context.Context) error {
+	err := h.c.Do(ctx, h.key, w.TTL, func(lctx context.Context, lease *redlock.Lease) error {
 		acquired = true
 		// Reentrant: the lock-bound context already holds the key, so this
-		// returns the holder's handle without a round trip.
+		// returns a nested handle on the lease's lock without a round trip;
+		// its validity follows the lease's extensions.
 		lock, err := h.c.Acquire(lctx, h.key, w.TTL)
 		if err != nil {
 			return err
 		}
-		hold := h.o.Acquired(h.i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), lock.AcquiredAt().Sub(start), 1)
-		if lock.Attempts() != 0 {
-			h.o.Note(time.Now(), fmt.Sprintf("client %d: reentrant Acquire made %d attempts", h.i, lock.Attempts()))
+		hold := h.o.Acquired(h.i, lease.Token(), lock.AcquiredAt(), lease.ValidUntil(), lock.AcquiredAt().Sub(start), 1)
+		if lock.Attempts() != 0 || lock.Token() != lease.Token() || !lock.ValidUntil().Equal(lease.ValidUntil()) {
+			h.o.Note(time.Now(), fmt.Sprintf("client %d: reentrant Acquire made %d attempts, token %d (lease %d), valid until %v (lease %v)",
+				h.i, lock.Attempts(), lock.Token(), lease.Token(), lock.ValidUntil(), lease.ValidUntil()))
 		}
 		h.fire(acquisition{Client: h.i, Nth: n, Lock: lock})
-		h.pause(ctx, hold, lock.Token(), n)
+		h.pause(ctx, hold, lease.Token(), n)
 		deadline := time.Now().Add(w.holdFor(h.i))
+		validUntil := lease.ValidUntil()
 		for first := true; first || time.Now().Before(deadline); first = false {
 			if lctx.Err() != nil {
 				break
 			}
-			if l, err := h.c.Acquire(lctx, h.key, w.TTL); err == nil && !l.ValidUntil().Equal(lock.ValidUntil()) {
-				lock = l
-				h.o.Extended(hold, l.ValidUntil())
+			if v := lease.ValidUntil(); !v.Equal(validUntil) {
+				validUntil = v
+				h.o.Extended(hold, v)
 			}
-			h.write(hold, lock.Token())
+			h.write(hold, lease.Token())
 			sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
 		}
 		h.o.Released(hold, time.Now())

@@ -57,7 +57,7 @@ func Example_prometheus() {
 	defer srv.Close()
 
 	ctx := context.Background()
-	err = client.Do(ctx, "report:42", 10*time.Second, func(ctx context.Context) error {
+	err = client.Do(ctx, "report:42", 10*time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 		// Another worker (not this ctx, which would make it reentrant) is refused.
 		_, err := client.TryAcquire(context.Background(), "report:42", 10*time.Second)
 		fmt.Println("second worker:", err != nil)

@@ -212,7 +212,7 @@ func TestObserver_LostLeaseInDo(t *testing.T) {
 		// returns at once: with nodes 0 and 1 unreachable no majority can
 		// answer, so it does not wait for node 2 (10 ms), whose delete ends
 		// in the background.
-		err := h.rl.Do(context.Background(), "job", 3*time.Second, func(ctx context.Context) error {
+		err := h.rl.Do(context.Background(), "job", 3*time.Second, func(ctx context.Context, _ *redlock.Lease) error {
 			time.Sleep(500 * time.Millisecond)
 			h.nodes[0].Refuse()
 			h.nodes[1].Refuse()
@@ -391,7 +391,7 @@ func TestObserver_NeverRecordsPasswords(t *testing.T) {
 	_, err = l.Extend(ctx, 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	require.NoError(t, c.Do(ctx, "d", 10*time.Second, func(context.Context) error { return nil }))
+	require.NoError(t, c.Do(ctx, "d", 10*time.Second, func(context.Context, *redlock.Lease) error { return nil }))
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(ctx, &rm))

@@ -1,10 +1,13 @@
 // Command dailyreport runs the daily-report use case on a Redlock of N nodes:
 // 5 worker pods (goroutines, each with its own redlock.Client, as separate
 // processes would have) all try to build the reports of the same 8 clients at
-// once. Each report must be built exactly once per round, and never by two
-// pods at the same time.
+// once, with dailyreport.BuildReport: under Client.Do, the lock extended while
+// a report builds, each report saved with its lock's fencing token to a
+// report store that refuses stale tokens. Each report must be built exactly
+// once per round, and never by two pods at the same time.
 //
-// By default it starts 5 in-process miniredis nodes, so it needs no set-up:
+// By default it starts 5 in-process miniredis nodes, so it needs no set-up;
+// the report store is always one more in-process miniredis:
 //
 //	go run ./examples/dailyreport/cmd/dailyreport
 //	go run ./examples/dailyreport/cmd/dailyreport --rounds 3
@@ -82,6 +85,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer stop()
+	// The report store (a bucket in real life): not one of the lock's nodes.
+	storeNode, err := miniredis.Run()
+	if err != nil {
+		fmt.Fprintln(stderr, "dailyreport: start the report store:", err)
+		return 1
+	}
+	defer storeNode.Close()
+	storeRDB := redis.NewClient(&redis.Options{Addr: storeNode.Addr()})
+	defer storeRDB.Close()
 
 	// One Redlock client per pod, as separate processes would have.
 	workers := make([]*redlock.Client, pods)
@@ -99,11 +111,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	fmt.Fprintf(stdout, "%d pods, %d clients, %s (quorum %d), lock TTL %v\n",
+	fmt.Fprintf(stdout, "%d pods, %d clients, %s (quorum %d), lock TTL %v; reports saved with their fencing tokens\n",
 		pods, len(clients), where, workers[0].Quorum(), dailyreport.TTL)
 	failed := 0
 	for r := 1; r <= *rounds; r++ {
-		res := runRound(workers)
+		res := runRound(workers, dailyreport.NewStore(storeRDB, fmt.Sprintf("day-%d", r)))
 		ok := res.ok()
 		if !ok {
 			failed++
@@ -176,22 +188,25 @@ func preflight(c *redlock.Client) error {
 	return nil
 }
 
-// round is one daily run: the simulated report store shared by the pods
-// (a bucket in real life) and what each pod saw.
+// round is one daily run: the report store shared by the pods and what
+// each pod saw.
 type round struct {
+	store     *dailyreport.Store
 	mu        sync.Mutex
-	builtBy   map[string][]int        // client -> pods that built its report
+	builtBy   map[string][]int        // client -> pods that saved its report
 	building  map[string]int          // client -> builds in progress
 	overlaps  int                     // builds that started while another was in progress
-	lockedFor map[string]map[int]bool // client -> pods that got ErrResourceLocked
-	conflicts int                     // ErrResourceLocked results, in all
+	lockedFor map[string]map[int]bool // client -> pods that found it locked (redlock.ErrTaken)
+	conflicts int                     // redlock.ErrTaken results, in all
 	skipped   map[string]int          // client -> pods that got the lock after the report was built
+	misstored int                     // built reports missing from the store, or not as their builder saved them
 	errs      []error
 	elapsed   time.Duration
 }
 
-func runRound(workers []*redlock.Client) *round {
+func runRound(workers []*redlock.Client, store *dailyreport.Store) *round {
 	r := &round{
+		store:     store,
 		builtBy:   map[string][]int{},
 		building:  map[string]int{},
 		lockedFor: map[string]map[int]bool{},
@@ -206,6 +221,7 @@ func runRound(workers []*redlock.Client) *round {
 	}
 	wg.Wait()
 	r.elapsed = time.Since(start)
+	r.verify(ctx)
 	return r
 }
 
@@ -222,12 +238,18 @@ func (r *round) pod(ctx context.Context, id int, c *redlock.Client) {
 			if r.done(client) {
 				continue
 			}
-			err := dailyreport.PerformLockedWorkN(ctx, c, client, func() { r.build(id, client) })
+			built, err := dailyreport.BuildReport(ctx, c, r.store, client, func(ctx context.Context) ([]byte, error) {
+				return r.render(ctx, id, client)
+			})
 			switch {
+			case built:
+				r.saved(id, client)
 			case err == nil:
-			case errors.Is(err, dailyreport.ErrResourceLocked):
+				r.sawBuilt(client)
+			case errors.Is(err, redlock.ErrTaken):
 				r.sawLocked(id, client)
-			default:
+			}
+			if err != nil && !errors.Is(err, redlock.ErrTaken) {
 				r.fail(fmt.Errorf("pod %d: %w", id, err))
 			}
 		}
@@ -235,28 +257,50 @@ func (r *round) pod(ctx context.Context, id int, c *redlock.Client) {
 	}
 }
 
-// build is the work done under the lock: check whether the report exists
-// (another pod may have built it since this pod looked), then build it. The
-// lock is what makes this check-then-build safe across pods.
-func (r *round) build(pod int, client string) {
+// render is the work done under the lock: build the PDF, stopping if the
+// lock is lost (ctx ends).
+func (r *round) render(ctx context.Context, pod int, client string) ([]byte, error) {
 	r.mu.Lock()
-	if len(r.builtBy[client]) > 0 {
-		r.skipped[client]++
-		r.mu.Unlock()
-		return
-	}
 	if r.building[client] > 0 {
 		r.overlaps++
 	}
 	r.building[client]++
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.building[client]--
+		r.mu.Unlock()
+	}()
+	sleep(ctx, minBuild+rand.N(maxBuild-minBuild))
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return []byte(reportText(pod, client)), nil
+}
 
-	time.Sleep(minBuild + rand.N(maxBuild-minBuild)) // render the PDF
+func reportText(pod int, client string) string {
+	return fmt.Sprintf("daily report of %s, built by pod %d", client, pod)
+}
 
-	r.mu.Lock()
-	r.building[client]--
-	r.builtBy[client] = append(r.builtBy[client], pod)
-	r.mu.Unlock()
+// verify checks the store: each built report is there, saved by its builder.
+func (r *round) verify(ctx context.Context) {
+	for _, c := range clients {
+		pods := r.builtBy[c]
+		if len(pods) != 1 {
+			continue // ok reports it
+		}
+		report, token, err := r.store.Load(ctx, c)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("store: report of %s: %w", c, err)
+		case string(report) != reportText(pods[0], c) || token == 0:
+			err = fmt.Errorf("store: report of %s is %q with token %d, want pod %d's with a fencing token", c, report, token, pods[0])
+		}
+		if err != nil {
+			r.misstored++
+			r.fail(err)
+		}
+	}
 }
 
 func (r *round) pending() []string {
@@ -277,6 +321,18 @@ func (r *round) done(client string) bool {
 	return len(r.builtBy[client]) > 0
 }
 
+func (r *round) saved(pod int, client string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.builtBy[client] = append(r.builtBy[client], pod)
+}
+
+func (r *round) sawBuilt(client string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.skipped[client]++
+}
+
 func (r *round) sawLocked(pod int, client string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -294,14 +350,14 @@ func (r *round) fail(err error) {
 }
 
 // ok reports whether every report was built exactly once, never by two pods
-// at the same time.
+// at the same time, and is in the store as its builder saved it.
 func (r *round) ok() bool {
 	for _, c := range clients {
 		if len(r.builtBy[c]) != 1 {
 			return false
 		}
 	}
-	return r.overlaps == 0
+	return r.overlaps == 0 && r.misstored == 0
 }
 
 func (r *round) print(w io.Writer, n int, details bool) {
