@@ -89,8 +89,8 @@ func TestElection_BadInput(t *testing.T) {
 }
 
 func campaignErr(_ *redlock.Leadership, err error) error { return err }
-func leaderErr(_ redlock.Leader, err error) error         { return err }
-func watchErr(_ <-chan redlock.Leader, err error) error    { return err }
+func leaderErr(_ redlock.Leader, err error) error        { return err }
+func watchErr(_ <-chan redlock.Leader, err error) error  { return err }
 
 // Resign hands over at once: the waiting candidate, whose retry delay is
 // 10 s, is woken by the release and elected at the instant of the resign
