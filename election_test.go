@@ -264,9 +264,11 @@ func TestWatchLeader_FollowsChanges(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redlock.Leader{}, <-watch, "no leader yet")
 		time.Sleep(time.Second) // subscribed
+		start := time.Now()
 		a, err := c.rl.Campaign(ctx, "e", "a", electTTL)
 		require.NoError(t, err)
 		assert.Equal(t, redlock.Leader{Identity: "a", Term: a.Term()}, <-watch)
+		assert.Less(t, time.Since(start), time.Second, "told by the announcement, not the hourly re-read")
 		b := make(chan *redlock.Leadership)
 		go func() {
 			l, err := other.Campaign(ctx, "e", "b", electTTL)
@@ -276,7 +278,7 @@ func TestWatchLeader_FollowsChanges(t *testing.T) {
 			b <- l
 		}()
 		time.Sleep(time.Second)
-		start := time.Now()
+		start = time.Now()
 		require.NoError(t, a.Resign(ctx))
 		lb := <-b
 		var got redlock.Leader
