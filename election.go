@@ -437,6 +437,9 @@ func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Durat
 		l, err := c.campaign(ctx, cfg, name, key, identity, ttl, opts)
 		switch {
 		case ctx.Err() != nil:
+			if l != nil { // elected as ctx ended
+				_ = l.Resign(context.WithoutCancel(ctx))
+			}
 			return context.Cause(ctx)
 		case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrClosed):
 			return err
