@@ -36,6 +36,7 @@ func TestCampaign_TermIsTokenAndLeaderReadsIt(t *testing.T) {
 		key := redlock.ElectionKey("scheduler")
 		assert.Equal(t, "{scheduler}:leader", key)
 		assert.Equal(t, "x{tag}:leader", redlock.ElectionKey("x{tag}"))
+		synctest.Wait() // Campaign returned at a majority: the third node's call
 		for i, n := range c.nodes {
 			assert.True(t, strings.HasPrefix(n.Value(key), "host-a#"), "node %d holds %q", i, n.Value(key))
 		}
@@ -136,10 +137,10 @@ func TestLeadership_LostEndsContextBeforeRival(t *testing.T) {
 		require.NoError(t, err)
 		c.nodes[1].Refuse()
 		c.nodes[2].Refuse()
-		var lostAt time.Time
+		lost := make(chan time.Time, 1)
 		go func() {
 			<-a.Done()
-			lostAt = time.Now()
+			lost <- time.Now()
 		}()
 		time.Sleep(electTTL / 2)
 		c.nodes[1].Revive(t)
@@ -148,7 +149,7 @@ func TestLeadership_LostEndsContextBeforeRival(t *testing.T) {
 		require.NoError(t, err)
 		electedAt := time.Now()
 		assert.ErrorIs(t, a.Err(), redlock.ErrLockLost)
-		assert.False(t, lostAt.IsZero())
+		lostAt := <-lost
 		assert.True(t, lostAt.Before(electedAt), "lost at %v, rival elected at %v", lostAt, electedAt)
 		assert.Greater(t, b.Term(), a.Term())
 		_ = a.Resign(ctx) // a deposed leader's Resign does not touch b's lock
@@ -174,6 +175,7 @@ func TestCampaign_Reentrant(t *testing.T) {
 		assert.Equal(t, outer.Term(), inner.Term())
 		require.NoError(t, inner.Resign(ctx))
 		assert.NoError(t, outer.Err(), "the outer leadership goes on")
+		synctest.Wait() // the acquisition's call to the third node
 		assert.Equal(t, 3, c.holders(redlock.ElectionKey("e")))
 		_, err = c.rl.Campaign(outer.Context(), "e", "b", electTTL)
 		assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
