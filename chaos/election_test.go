@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,7 +15,7 @@ import (
 // electionParallel is how many election scenarios run at once, each on a
 // cluster of its own: the scenarios mostly wait (real time), so running a
 // few side by side keeps the whole catalogue within about half a minute.
-const electionParallel = 2
+const electionParallel = 3
 
 // runElectionCatalogue runs every scenario of the catalogue as a leader
 // election (AsElection), once, and checks the election's invariants: a
@@ -37,7 +38,16 @@ func runElectionCatalogue(t *testing.T, backend Backend) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
-				cluster := newTestCluster(t, ClusterOptions{Backend: backend, Nodes: 5})
+				// Not newTestCluster: its clean-up requires that no
+				// redis-server at all is left, and the other scenarios'
+				// clusters still run. That is checked once all are closed.
+				opt := ClusterOptions{Backend: backend, Nodes: 5}
+				if backend == RedisServer {
+					opt.RedisBinary = redisserver.Require(t)
+				}
+				cluster, err := NewCluster(tctx(t, 10*time.Second), opt)
+				require.NoError(t, err)
+				defer func() { assert.NoError(t, cluster.Close()) }()
 				res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
 				require.NoError(t, err)
 				for _, n := range res.Notes {
@@ -67,6 +77,10 @@ func runElectionCatalogue(t *testing.T, backend Backend) {
 		})
 	}
 	wg.Wait()
+	if pids := redisserver.LivePids(); len(pids) != 0 {
+		t.Errorf("redis-server pids left after Close: %v", pids)
+	}
+	waitDialProbes(t)
 }
 
 func TestElectionCatalogue_InProcess(t *testing.T) {
