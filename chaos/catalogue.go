@@ -3,6 +3,8 @@ package chaos
 import (
 	"fmt"
 	"time"
+
+	"github.com/d3b93e30/redlock"
 )
 
 // The catalogue's time scale. TTLs are short so that a full run of every
@@ -90,6 +92,18 @@ func Catalogue() []Scenario {
 	doAndRival := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond,
 		HoldOf: map[int]time.Duration{0: 3 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
 		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeDo, ModeAcquire}}
+
+	// Leader election (election.go): 4 candidates take turns leading;
+	// and 3 candidates with Lead, of which A (client 0) is cut off from a
+	// majority right after its first election and finishes its 3-TTL term
+	// of work after the loss, resigns, and campaigns again while B and C
+	// hold 1-TTL terms.
+	electionKey := redlock.ElectionKey("chaos")
+	electTurns := loop(4)
+	electTurns.Key, electTurns.Modes = electionKey, []Mode{ModeElect}
+	isolated := Workload{Clients: 3, Key: electionKey, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: catalogueTTL,
+		HoldOf: map[int]time.Duration{0: 3 * catalogueTTL}, WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond,
+		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}, 2: {Client: 0, Nth: 1}}, Modes: []Mode{ModeLead}}
 
 	return []Scenario{
 		{
@@ -229,6 +243,17 @@ func Catalogue() []Scenario {
 				StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeExec, ModeAcquire}},
 			Duration: 3 * catalogueTTL, Availability: Available,
 			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition}},
+		},
+		{
+			Name: "election-turns", Summary: "4 candidates of one election campaign, lead for a moment, resign and campaign again; nothing fails",
+			Expect: Safe, Why: "a leadership is the lock on the election's key, so two never overlap; the term is the lock's fencing token, so it grows from leader to leader",
+			Workload: electTurns, Duration: trialLength, Availability: Available, KeysReleased: true,
+		},
+		{
+			Name: "leader-isolated", Summary: fmt.Sprintf("3 candidates with Lead; right after A is elected, A (only) loses a majority of nodes for %v; A finishes its term's work, resigns, campaigns again", 2*catalogueTTL),
+			Expect: Safe, Why: "A's extension fails, so its leadership ends before its keys expire and another is elected; A's late resign is owner-checked, and A's next leadership has a new, higher term",
+			Workload: isolated, Duration: 8 * catalogueTTL, Availability: Available,
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition, For: 2 * catalogueTTL}},
 		},
 	}
 }

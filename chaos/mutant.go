@@ -94,6 +94,12 @@ func Mutants() []Mutant {
 			Scenarios: []string{"long-holds"}, knobs: &mutation.Knobs{KeepAliveNeverExtends: true}},
 		{Name: "exec-ignores-loss", Summary: "`redlock exec` does not stop its job when the lock is lost",
 			Scenarios: []string{"exec-asymmetric-partition"}, knobs: &mutation.Knobs{ExecIgnoresLoss: true}},
+		{Name: "election-term-constant", Summary: "every leadership's term is 1: terms do not increase from leader to leader",
+			Scenarios: []string{"election-turns"}, knobs: &mutation.Knobs{ElectionTermConstant: true}},
+		{Name: "resign-without-owner-check", Summary: "Resign deletes the election's key on every node whoever holds it, so a deposed leader's late resign unseats its successor",
+			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{ResignWithoutOwnerCheck: true}},
+		{Name: "recampaign-keeps-term", Summary: "Lead, elected again after a loss, keeps the term of its first leadership",
+			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{LeadKeepsTerm: true}},
 	}
 }
 

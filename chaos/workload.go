@@ -423,6 +423,7 @@ type holder struct {
 	// refused is set when the library refused the workload's own settings
 	// (ErrInvalidArgument): the client stops, since every call would.
 	refused bool
+	leads   int // leaderships in ModeLead (election.go)
 }
 
 func (h *holder) loop(ctx context.Context) {
@@ -433,6 +434,10 @@ func (h *holder) loop(ctx context.Context) {
 			ok = h.holdDo(ctx, n)
 		case ModeExec:
 			ok = h.holdExec(ctx, n)
+		case ModeElect:
+			ok = h.holdElect(ctx, n)
+		case ModeLead:
+			ok = h.holdLead(ctx, n)
 		default:
 			ok = h.holdLock(ctx, n)
 		}

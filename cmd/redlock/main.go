@@ -3,6 +3,7 @@
 //
 //	redlock chaos [flags]                  run the failure-mode scenarios (default: in-process nodes)
 //	redlock exec --nodes URLS --key K -- COMMAND [ARGS...]
+//	redlock elect --nodes URLS --name NAME -- COMMAND [ARGS...]
 //	redlock status --nodes URLS --key K
 //	redlock --version
 //
@@ -25,6 +26,9 @@ Usage:
                                (in-process nodes by default: no set-up)
   redlock exec   [flags] -- COMMAND [ARGS...]
                                run COMMAND only while holding the lock (a distributed flock)
+  redlock elect  [flags] -- COMMAND [ARGS...]
+                               run COMMAND on the elected leader of several replicas;
+                               stop it when leadership is lost, campaign again
   redlock status [flags]       show a lock's state on every node
 
 Run 'redlock SUBCOMMAND --help' for the flags and an example, and
@@ -57,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runChaos(ctx, args[1:], stdout, stderr)
 	case "exec":
 		return runExec(ctx, args[1:], stdout, stderr)
+	case "elect":
+		return runElect(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

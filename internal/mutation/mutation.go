@@ -51,6 +51,15 @@ type Knobs struct {
 	// ExecIgnoresLoss makes `redlock exec`'s supervision (execjob.Supervise)
 	// leave its job running when the lock is lost.
 	ExecIgnoresLoss bool
+	// ElectionTermConstant gives every leadership term 1: terms do not
+	// increase across leaders.
+	ElectionTermConstant bool
+	// ResignWithoutOwnerCheck makes Leadership.Resign delete the election's
+	// key on every node, whoever holds it, before its release.
+	ResignWithoutOwnerCheck bool
+	// LeadKeepsTerm makes Lead give every leadership after its first
+	// the first one's term.
+	LeadKeepsTerm bool
 }
 
 // Quorum returns the number of votes a Client of n nodes needs, given the
@@ -86,6 +95,16 @@ func (k *Knobs) NeverExtends() bool { return k != nil && k.KeepAliveNeverExtends
 // ExecKeepsJob reports whether execjob.Supervise must not stop its job when
 // the lock is lost.
 func (k *Knobs) ExecKeepsJob() bool { return k != nil && k.ExecIgnoresLoss }
+
+// ConstantTerm reports whether every leadership's term must be 1.
+func (k *Knobs) ConstantTerm() bool { return k != nil && k.ElectionTermConstant }
+
+// ResignsBlindly reports whether Resign must delete the election's key
+// without the owner check.
+func (k *Knobs) ResignsBlindly() bool { return k != nil && k.ResignWithoutOwnerCheck }
+
+// RecampaignKeepsTerm reports whether Lead must keep its first term.
+func (k *Knobs) RecampaignKeepsTerm() bool { return k != nil && k.LeadKeepsTerm }
 
 // NewOption returns a redlock.Option (as any, to avoid an import cycle)
 // that makes a Client use k. The root package sets it in an init function;
