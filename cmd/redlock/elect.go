@@ -91,11 +91,11 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 	nodes := fs.String("nodes", "", "comma-separated node URLs or host:port (default $"+nodesEnv+")")
 	fs.StringVar(&f.name, "name", "", "the election's name, the same on every replica (required)")
 	fs.StringVar(&f.identity, "identity", defaultIdentity(), "this replica's identity, shown as the leader's")
-	fs.DurationVar(&f.ttl, "ttl", 15*time.Second, "leadership TTL: how long a crashed leader keeps the others waiting")
-	fs.DurationVar(&f.extendEvery, "extend-every", 0, "extension interval while leading (default ttl/3)")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the leadership's validity runs out")
-	fs.DurationVar(&f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	fs.DurationVar(&f.quarantine, "quarantine", 0, "turn on the amnesia guard with this quarantine, e.g. 1m (0: off; see docs/fencing.md)")
+	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "leadership TTL: how long a crashed leader keeps the others waiting")
+	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while leading (default ttl/3)")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the leadership's validity runs out")
+	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
+	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	fs.StringVar(&f.termEnv, "term-env", "REDLOCK_TERM", "put the leadership's term in COMMAND's environment under this name")
 	fs.StringVar(&f.idEnv, "identity-env", "REDLOCK_IDENTITY", "put this replica's identity in COMMAND's environment under this name")
 	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release, each election and loss, and COMMAND's status to stderr")
@@ -109,11 +109,18 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 		return f, exitUsage, false
 	}
 	f.command = fs.Args()
+	source := "--nodes"
 	if *nodes == "" {
-		*nodes = os.Getenv(nodesEnv)
+		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	f.nodes = splitNodes(*nodes)
-	if err := f.check(); err != nil {
+	var err error
+	f.nodes, err = splitNodes(*nodes)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", source, err)
+	} else {
+		err = f.check()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "redlock elect: %v\nRun 'redlock elect --help' for usage.\n", err)
 		return f, exitUsage, false
 	}
@@ -137,12 +144,21 @@ func (f electFlags) check() error {
 		return errors.New("--name is required")
 	case len(f.command) == 0:
 		return errors.New("no COMMAND given")
-	case f.grace < 0 || f.extendEvery < 0 || f.nodeTimeout < 0 || f.quarantine < 0:
-		return errors.New("--grace, --extend-every, --node-timeout and --quarantine must not be negative")
 	case f.termEnv == "" || strings.ContainsAny(f.termEnv, "=\x00"):
 		return fmt.Errorf("--term-env %q is not a valid environment variable name", f.termEnv)
 	case strings.ContainsAny(f.idEnv, "=\x00"):
 		return fmt.Errorf("--identity-env %q is not a valid environment variable name", f.idEnv)
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--grace", f.grace}, {"--extend-every", f.extendEvery},
+		{"--node-timeout", f.nodeTimeout}, {"--quarantine", f.quarantine},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("%s %v must not be negative", d.flag, d.value)
+		}
 	}
 	ef := execFlags{ttl: f.ttl, nodeTimeout: f.nodeTimeout, quarantine: f.quarantine, extendEvery: f.extendEvery}
 	var opts []redlock.Option
@@ -152,7 +168,7 @@ func (f electFlags) check() error {
 		opts  []redlock.Option
 	}{
 		{"--ttl", f.ttl, ef.timeoutOptions()},
-		{"--quarantine", f.quarantine, []redlock.Option{redlock.WithQuarantine(f.quarantine)}},
+		{"--quarantine", f.quarantine, ef.guardOptions()},
 		{"--extend-every", f.extendEvery, ef.holdOptions()},
 	} {
 		opts = append(opts, c.opts...)
