@@ -82,6 +82,10 @@ type Options struct {
 	// StartTimeout bounds how long Start and Restart wait for the server to
 	// answer PING; 0 means 5 s.
 	StartTimeout time.Duration
+	// Env is added to this process's environment for the server (entries
+	// "KEY=value"; a key given here replaces the inherited one), e.g. an
+	// LD_PRELOAD. Restart uses it again.
+	Env []string
 }
 
 // proc is one started redis-server process.
@@ -342,6 +346,9 @@ func (s *Server) args(port int) []string {
 func (s *Server) launch(ctx context.Context, port int) (*proc, error) {
 	cmd := exec.Command(s.opt.Binary, s.args(port)...)
 	cmd.Dir = s.opt.Dir
+	if len(s.opt.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opt.Env...)
+	}
 	out := &tailBuffer{max: outputTail}
 	cmd.Stdout = out
 	cmd.Stderr = out
