@@ -804,7 +804,7 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 		band = false
 	case JumpClock:
 		err = node.JumpClock(f.Amount)
-		label, band = "clock +"+f.Amount.String(), false
+		label, band = clockStepLabel(f.Amount), false
 	case ClockRate:
 		err = node.SetClockRate(f.Rate)
 		label = fmt.Sprintf("clock ×%g", f.Rate)

@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/clockshim"
+	"github.com/d3b93e30/redlock/internal/redisserver"
+)
+
+// eachClock runs f as a subtest for each way a node's clock moves:
+// in-process (miniredis), redis-server with real clocks (the clock shim)
+// and redis-server with clocks emulated on the keys.
+func eachClock(t *testing.T, f func(t *testing.T, opt ClusterOptions)) {
+	for _, opt := range []ClusterOptions{
+		{Backend: InProcess},
+		{Backend: RedisServer, Clocks: ClockReal},
+		{Backend: RedisServer, Clocks: ClockEmulated},
+	} {
+		name := string(opt.Backend)
+		if opt.Clocks != ClockAuto {
+			name += "-" + string(opt.Clocks)
+		}
+		t.Run(name, func(t *testing.T) {
+			if opt.Backend == RedisServer {
+				redisserver.Require(t)
+			}
+			if opt.Clocks == ClockReal {
+				clockshim.Require(t)
+			}
+			f(t, opt)
+		})
+	}
+}
+
+// realClock reports whether opt's nodes have real clocks that step back.
+func realClock(opt ClusterOptions) bool {
+	return opt.Backend == RedisServer && opt.Clocks == ClockReal
+}
+
+// With real clocks the server's own clock moves: TIME follows Node.Clock,
+// forward and back, also when the jump was made while the node was killed;
+// a backward step lengthens every TTL; HealAll moves a clock that is behind
+// forward to real time, and keeps one that is ahead.
+func TestNodeRealClockStepsBack(t *testing.T) {
+	clockshim.Require(t)
+	c := newTestCluster(t, ClusterOptions{Backend: RedisServer, Nodes: 1, Clocks: ClockReal})
+	require.Contains(t, c.Clocks(), "real")
+	n := c.Node(0)
+	rdb := nodeRedis(t, n.Addr())
+	ctx := tctx(t, 10*time.Second)
+
+	// TIME against Node.Clock, bracketed by two readings of Clock.
+	checkTime := func(what string) {
+		t.Helper()
+		before := n.Clock()
+		now, err := rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		after := n.Clock()
+		assert.WithinRange(t, now, before.Add(-5*time.Millisecond), after.Add(5*time.Millisecond), what)
+	}
+	mustDo(t, "JumpClock", n.JumpClock(time.Hour))
+	checkTime("after +1h")
+
+	setKey(t, rdb, "k", 3*time.Second)
+	mustDo(t, "JumpClock", n.JumpClock(-10*time.Second))
+	checkTime("after −10s")
+	ttl, err := rdb.PTTL(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 12*time.Second, "a 3 s key after a 10 s step back")
+
+	mustDo(t, "Kill", n.Kill())
+	mustDo(t, "JumpClock", n.JumpClock(-2*time.Hour))
+	mustDo(t, "HealAll", c.HealAll(ctx)) // restarts it, then moves the clock forward
+	checkTime("after HealAll")
+	if off := time.Until(n.Clock()); off < -time.Millisecond || off > time.Second {
+		t.Errorf("after HealAll the clock is %v ahead, want real time", off)
+	}
+	mustDo(t, "JumpClock", n.JumpClock(time.Minute))
+	mustDo(t, "HealAll", c.HealAll(ctx))
+	if off := time.Until(n.Clock()); off < 59*time.Second {
+		t.Errorf("HealAll lost a clock ahead: %v", off)
+	}
+	checkTime("ahead after HealAll")
+}
+
+// A paused node's clock jumps while it is stopped: the commands it queued
+// run at the new time the moment it resumes.
+func TestNodeRealClockJumpWhilePaused(t *testing.T) {
+	clockshim.Require(t)
+	n, rdb := oneNode(t, ClusterOptions{Backend: RedisServer, Clocks: ClockReal})
+	setKey(t, rdb, "k", 2*time.Second)
+	mustDo(t, "Pause", n.Pause(200*time.Millisecond))
+	mustDo(t, "JumpClock", n.JumpClock(5*time.Second))
+	if got := getKey(t, rdb, "k"); got != "" { // queued during the pause
+		t.Errorf("a 2 s key read right after a pause with a 5 s jump: %q, want expired", got)
+	}
+}
+
+// ClockReal without a C compiler is an error, ClockAuto falls back to
+// emulation and says why; an unknown mode is refused.
+func TestNewCluster_ClockModes(t *testing.T) {
+	t.Run("no compiler", func(t *testing.T) {
+		redisserver.Require(t)
+		t.Setenv("CC", "/nonexistent/cc")
+		_, err := NewCluster(tctx(t, 10*time.Second), ClusterOptions{Backend: RedisServer, Nodes: 1, Clocks: ClockReal})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "no C compiler")
+		c := newTestCluster(t, ClusterOptions{Backend: RedisServer, Nodes: 1})
+		assert.True(t, strings.HasPrefix(c.Clocks(), "emulated"), c.Clocks())
+		assert.Contains(t, c.Clocks(), "no C compiler")
+		assert.True(t, errors.Is(c.Node(0).JumpClock(-time.Second), ErrUnsupported))
+	})
+	t.Run("names", func(t *testing.T) {
+		_, err := NewCluster(tctx(t, time.Second), ClusterOptions{Clocks: "fast"})
+		assert.ErrorContains(t, err, "unknown clock mode")
+		for s, want := range map[string]ClockMode{"": ClockAuto, "auto": ClockAuto, "real": ClockReal, "emulated": ClockEmulated} {
+			got, err := ParseClockMode(s)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		}
+		assert.Contains(t, newTestCluster(t, ClusterOptions{Nodes: 1}).Clocks(), "in-process")
+	})
+}
