@@ -58,3 +58,23 @@ func clockStepLabel(d time.Duration) string {
 	}
 	return "clock +" + d.String()
 }
+
+// unsupportedClockFault returns why the cluster's clocks cannot produce one
+// of s's clock faults (a step back, or a rate below 1, where the clock
+// cannot do it), or "" when they all can: Run then skips s at once rather
+// than after a trial.
+func (c *Cluster) unsupportedClockFault(s Scenario) string {
+	if len(c.nodes) == 0 {
+		return ""
+	}
+	be := c.nodes[0].be
+	for _, f := range s.Faults {
+		switch {
+		case f.Action == JumpClock && f.Amount < 0 && !be.stepsBack():
+			return fmt.Sprintf("%v: a clock step back (%v) needs real clocks on redis-server; clocks here are %s", errUnsupported, f.Amount, c.clocks)
+		case f.Action == ClockRate && f.Rate < 1 && be.emulatesClock():
+			return fmt.Sprintf("%v: a clock rate below 1 (%v) cannot be emulated; clocks here are %s", errUnsupported, f.Rate, c.clocks)
+		}
+	}
+	return ""
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock/internal/clockshim"
+	"github.com/d3b93e30/redlock/internal/oracle"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -126,4 +127,51 @@ func TestNewCluster_ClockModes(t *testing.T) {
 		}
 		assert.Contains(t, newTestCluster(t, ClusterOptions{Nodes: 1}).Clocks(), "in-process")
 	})
+}
+
+// The limit docs/fencing.md states, measured on real clocks: when B's
+// quorum re-creates the key's counters from clocks stepped back a minute,
+// B's token is below A's, and the fenced resource, ordering writes by
+// token, refuses B's writes while it takes A's. The harness reports it
+// (TOKEN ORDER, a note) without calling it a broken promise.
+func TestScenario_ClockBackAmnesiaPutsTokensOutOfOrder(t *testing.T) {
+	s, ok := Find("clock-back-amnesia")
+	require.True(t, ok)
+	t.Run("real clocks", func(t *testing.T) {
+		clockOutOfOrder(t, s)
+	})
+	// In-process and with emulated clocks a clock cannot step back: skipped
+	// at once, never passed.
+	for _, opt := range []ClusterOptions{{Nodes: 3}, {Backend: RedisServer, Nodes: 3, Clocks: ClockEmulated}} {
+		t.Run(string(opt.Backend), func(t *testing.T) {
+			res, err := Run(tctx(t, time.Minute), newTestCluster(t, opt), s, 1, 11, nil)
+			require.NoError(t, err)
+			assert.Contains(t, res.Skipped, "clock step back")
+			assert.Zero(t, res.Trials)
+		})
+	}
+}
+
+func clockOutOfOrder(t *testing.T, s Scenario) {
+	clockshim.Require(t)
+	cluster := newTestCluster(t, ClusterOptions{Backend: RedisServer, Nodes: 5, Clocks: ClockReal})
+	res, err := Run(tctx(t, time.Minute), cluster, s.Scaled(testTimeScale), 1, 11, nil)
+	require.NoError(t, err)
+	require.Empty(t, res.Skipped)
+	assert.Equal(t, Unsafe, res.Observed, "notes: %v", res.Notes)
+	assert.Equal(t, 1, res.TokenOrder, "B's token should be below A's")
+	require.Len(t, res.Histories, 1)
+	h := res.Histories[0]
+	require.Len(t, h.Holds, 2)
+	a, b := h.Holds[0], h.Holds[1]
+	assert.Less(t, b.Token, a.Token)
+	// A minute of microseconds, less the time between the two grants.
+	assert.Greater(t, a.Token-b.Token, uint64(50*time.Second/time.Microsecond))
+	for _, w := range h.Writes {
+		if w.Resource == oracle.ResourceFenced && w.Hold == b.ID {
+			assert.False(t, w.Accepted, "the fenced resource took a write of B, whose token is lower")
+		}
+	}
+	assert.Contains(t, strings.Join(res.Notes, "\n"), "token order: client 1's token")
+
 }

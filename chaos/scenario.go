@@ -247,6 +247,10 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		res.Skipped = fmt.Sprintf("needs at least %d nodes", s.MinNodes)
 		return res, nil
 	}
+	if why := cluster.unsupportedClockFault(s); why != "" {
+		res.Skipped = why
+		return res, nil
+	}
 	limit := trials
 	if s.Expect == Unsafe {
 		limit = max(trials, UnsafeTrialLimit)
@@ -576,6 +580,7 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 	if note != "" {
 		tr.info = append(tr.info, note)
 	}
+	tr.info = append(tr.info, tokenOrderNotes(tr.history)...)
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)
 	}
