@@ -83,6 +83,10 @@ type ClusterOptions struct {
 	// Clocks says how redis-server nodes' clocks move (see ClockMode); ""
 	// is ClockAuto. Ignored in-process.
 	Clocks ClockMode
+	// Fenced is the storage behind the fenced resource that Run's holders
+	// write to; nil means NewGuardStore (fencing.Guard, in process). The
+	// cluster does not close it.
+	Fenced FencedStore
 }
 
 // Cluster is N independent Redis nodes for chaos tests, each behind its own
@@ -93,6 +97,7 @@ type Cluster struct {
 	nodes   []*Node
 	dir     string // data directories of redis-server nodes; "" in-process
 	clocks  string // how the nodes' clocks move, for Clocks
+	fenced  FencedStore
 
 	mu      sync.Mutex
 	closed  bool
@@ -120,7 +125,10 @@ func NewCluster(ctx context.Context, opt ClusterOptions) (*Cluster, error) {
 	if err := opt.Clocks.check(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{backend: kind, clocks: inProcessClocks}
+	c := &Cluster{backend: kind, clocks: inProcessClocks, fenced: opt.Fenced}
+	if c.fenced == nil {
+		c.fenced = NewGuardStore()
+	}
 	bes := make([]backend, opt.Nodes)
 	clocks := make([]*nodeClock, opt.Nodes)
 	for i := range clocks {
