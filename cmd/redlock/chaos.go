@@ -57,6 +57,7 @@ Examples:
   redlock chaos --mutants
   redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
+  redlock chaos --backend redis-server --fenced redis --scenario clock-back-amnesia
 
 Flags:
 `
@@ -75,6 +76,8 @@ type chaosFlags struct {
 	quiet       bool
 	mutants     bool
 	timeScale   float64
+	clocks      string
+	fenced      string
 }
 
 // maxTimeScale is the largest --time-scale: a 100 times slower machine is
@@ -116,6 +119,8 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
+	fs.StringVar(&f.clocks, "clocks", "auto", "how redis-server nodes' clocks move: real (a preloaded clock shim built with the C compiler moves each server's own clock), emulated (TTLs are shortened), or auto (real where a C compiler is found)")
+	fs.StringVar(&f.fenced, "fenced", "guard", "the fenced resource: guard (fencing.Guard in this process) or redis (fencing.SetIfNewer on a redis-server of its own)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, from 1 to 100, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -141,6 +146,12 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	}
 	if _, err := chaos.ParseBackend(f.backend); err != nil {
 		return f, fmt.Errorf("--backend %q: want %s or %s", f.backend, chaos.InProcess, chaos.RedisServer)
+	}
+	if _, err := chaos.ParseClockMode(f.clocks); err != nil {
+		return f, fmt.Errorf("--clocks %q: want auto, real or emulated", f.clocks)
+	}
+	if f.fenced != "guard" && f.fenced != "redis" {
+		return f, fmt.Errorf("--fenced %q: want guard or redis", f.fenced)
 	}
 	return f, nil
 }
@@ -189,12 +200,25 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	progress(fmt.Sprintf("redlock chaos: %d scenarios × %d trials on %d %s nodes, seed %d, time scale %v", len(scenarios), f.trials, f.nodes, backend, f.seed, f.timeScale))
 
-	cluster, err := chaos.NewCluster(ctx, chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary})
+	clocks, _ := chaos.ParseClockMode(f.clocks)
+	opt := chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary, Clocks: clocks}
+	if f.fenced == "redis" {
+		store, err := chaos.StartRedisStore(ctx, f.redisBinary)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return exitMismatch
+		}
+		defer store.Close()
+		opt.Fenced = store
+	}
+	cluster, err := chaos.NewCluster(ctx, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 		return exitMismatch
 	}
 	defer cluster.Close()
+	progress("clocks: " + cluster.Clocks())
+	progress("fenced resource: " + cluster.FencedStore().Name())
 
 	if f.svgDir != "" {
 		if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
@@ -360,6 +384,9 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64) {
 			fmt.Fprintf(&buf, "    note: %s\n", n)
 		}
 	}
+	if len(results) > 0 {
+		fmt.Fprintf(&buf, "\nclocks: %s\nfenced resource: %s\n", results[0].Clocks, results[0].FencedStore)
+	}
 	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
 }
@@ -370,8 +397,8 @@ TRIALS              trials run (a scenario expected unsafe runs more, up to %d, 
 ACQUIRED            locks taken, all trials together
 VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion broken)
 STALE PLAIN/FENCED  writes a resource accepted from a holder after it had accepted one from a
-                    later holder: the plain resource checks nothing; the fenced one is
-                    fencing.Guard (refuses a lower token, accepts an equal one)
+                    later holder: the plain resource checks nothing; the fenced one (named
+                    below the table) refuses a lower token and accepts an equal one
 TOKEN ORDER         ok when each holder's fencing token was above the previous holder's;
                     "N out" counts the pairs where it was not
 P50, P99            acquire latency of the successful calls
