@@ -38,8 +38,8 @@ func clockBackScenario(w Workload, cut, back Fault, afterA *Trigger) Scenario {
 			clockBackStep),
 		Expect: Unsafe,
 		Why: "fencing's documented limit, on purpose: B's quorum re-creates the key's counters from clocks a minute behind the one that seeded A's token, " +
-			"so B's token is below A's (TOKEN ORDER shows it); the fenced resource then orders the writes by token: it refuses every write of B, the later holder, and takes A's. " +
-			"Mutual exclusion is gone too, as in amnesia-unguarded",
+			"so B's token is below A's (TOKEN ORDER shows it). The fenced resource orders writes by token, not by holder: once it has seen A's token it refuses B, the later holder; " +
+			"a write of B that lands first is followed by A's, which count as stale fenced writes. Mutual exclusion is gone too, as in amnesia-unguarded",
 		Workload: w, Duration: 2 * w.TTL, Availability: Available, MinNodes: 3,
 		FencingBreaks: true,
 		Faults: []Fault{
