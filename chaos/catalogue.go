@@ -234,6 +234,7 @@ func Catalogue() []Scenario {
 			Workload: drifting, Duration: 2 * drifting.TTL, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 1.009}},
 		},
+		clockBackScenario(holderAndRival, tailCut, tailBack, afterA),
 		{
 			Name: "exec-asymmetric-partition", Summary: fmt.Sprintf("A runs a %v job under redlock exec's supervision; right after A took the lock, A (only) loses a majority of nodes; B still sees every node", 2*catalogueTTL),
 			Expect: Safe, Why: "A's extension fails, so the lease ends and the job's process group gets SIGTERM (SIGKILL by the validity's end): the job has exited before B can take the expired key",

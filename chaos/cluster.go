@@ -80,6 +80,13 @@ type ClusterOptions struct {
 	// RestartAmnesia works. In-process nodes always keep their data across
 	// Restart, whatever this says.
 	Persistence bool
+	// Clocks says how redis-server nodes' clocks move (see ClockMode); ""
+	// is ClockAuto. Ignored in-process.
+	Clocks ClockMode
+	// Fenced is the storage behind the fenced resource that Run's holders
+	// write to; nil means NewGuardStore (fencing.Guard, in process). The
+	// cluster does not close it.
+	Fenced FencedStore
 }
 
 // Cluster is N independent Redis nodes for chaos tests, each behind its own
@@ -89,6 +96,8 @@ type Cluster struct {
 	backend Backend
 	nodes   []*Node
 	dir     string // data directories of redis-server nodes; "" in-process
+	clocks  string // how the nodes' clocks move, for Clocks
+	fenced  FencedStore
 
 	mu      sync.Mutex
 	closed  bool
@@ -113,7 +122,13 @@ func NewCluster(ctx context.Context, opt ClusterOptions) (*Cluster, error) {
 	if opt.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster needs at least 1 node, got %d", opt.Nodes)
 	}
-	c := &Cluster{backend: kind}
+	if err := opt.Clocks.check(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{backend: kind, clocks: inProcessClocks, fenced: opt.Fenced}
+	if c.fenced == nil {
+		c.fenced = NewGuardStore()
+	}
 	bes := make([]backend, opt.Nodes)
 	clocks := make([]*nodeClock, opt.Nodes)
 	for i := range clocks {
@@ -156,6 +171,11 @@ func (c *Cluster) startServers(ctx context.Context, opt ClusterOptions, bes []ba
 		return fmt.Errorf("chaos: data directory: %w", err)
 	}
 	c.dir = dir
+	rc, err := prepareClocks(ctx, opt.Clocks, dir)
+	if err != nil {
+		return err
+	}
+	c.clocks = rc.desc
 	g, gctx := errgroup.WithContext(ctx)
 	for i := range bes {
 		dir := filepath.Join(c.dir, fmt.Sprintf("node%d", i))
@@ -163,11 +183,11 @@ func (c *Cluster) startServers(ctx context.Context, opt ClusterOptions, bes []ba
 			return fmt.Errorf("chaos: data directory: %w", err)
 		}
 		g.Go(func() error {
-			srv, err := redisserver.Start(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence})
+			b, err := newRealBackend(gctx, redisserver.Options{Binary: bin, Dir: dir, Persistence: opt.Persistence}, rc, dir, clocks[i], opt.Persistence)
 			if err != nil {
 				return fmt.Errorf("chaos: node%d: %w", i, err)
 			}
-			bes[i] = &realBackend{srv: srv, dir: dir, persistence: opt.Persistence, clock: clocks[i]}
+			bes[i] = b
 			return nil
 		})
 	}
@@ -364,7 +384,8 @@ func (c *Cluster) deleteKey(ctx context.Context, key string) error {
 // restarted (keeping their data when the backend can: in-process, or
 // redis-server with Persistence; otherwise they come back empty), pauses
 // end, network faults are cleared, and clocks run at rate 1 again (the
-// offset from earlier jumps and rates is kept; clocks never go back). It
+// offset from earlier jumps and rates is kept when it is ahead; a clock
+// stepped back is moved forward to real time: HealAll never sets one back). It
 // returns ErrClosed after Close, or the joined errors of the nodes, including
 // any error a background pause or clock goroutine met since the last
 // HealAll.

@@ -62,8 +62,10 @@ const crossCheckTimeout = 10 * time.Second
 // verdict with the Oracle's count of stale fenced writes. It returns an
 // error when porcupine finds no legal order but the Oracle saw no stale
 // write: the Oracle missed one, or the guard refused a write it should have
-// taken. The opposite (the Oracle counts a stale write among writes that
-// raced, porcupine finds an order without one) is reported as a note.
+// taken. The opposite (the Oracle counts a stale write, porcupine finds an
+// order without one) is reported as a note; since the oracle, too, lets
+// writes whose spans overlap take effect in either order, only a timed-out
+// search could lead there.
 func crossCheck(h History, staleFenced int) (note string, err error) {
 	var ops []porcupine.Operation
 	for _, w := range h.Writes {

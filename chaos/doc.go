@@ -28,6 +28,9 @@
 // (real redis-server processes on free loopback ports, each verified by pid,
 // stopped by Close). Each node sits behind its own fault-injecting TCP Proxy
 // on 127.0.0.1; Cluster.Client returns a redlock.Client through the proxies.
+// A redis-server node's clock is real where a C compiler is found: a clock
+// shim preloaded into the server moves its own wall clock (ClockMode;
+// Cluster.Clocks says which was used).
 //
 // # Faults
 //
@@ -46,8 +49,9 @@
 // # The oracle
 //
 // Every hold writes throughout to two shared resources: a plain one that
-// accepts everything, and a fenced one that is fencing.Guard itself, the
-// guard this repository ships. The oracle sees every client's believed-held
+// accepts everything, and a fenced one: by default fencing.Guard itself, the
+// guard this repository ships, or real storage (ClusterOptions.Fenced: a
+// FencedStore such as RedisStore, or PostgreSQL from the pgfence module). The oracle sees every client's believed-held
 // interval [acquired, validity deadline], each write and each fault on one
 // process clock, and reports: mutual-exclusion violations (two clients' holds
 // overlapping, counting a paused holder's late write as still holding), stale

@@ -174,6 +174,9 @@ func (b *memBackend) forgetClock() {}
 
 func (b *memBackend) emulatesClock() bool { return false }
 
+// stepsBack is false: syncTime keeps the miniredis clock monotonic.
+func (b *memBackend) stepsBack() bool { return false }
+
 func (b *memBackend) close() error {
 	b.gen.Add(1)
 	b.openGate()

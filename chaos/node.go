@@ -23,7 +23,8 @@ var (
 	// without an AOF cannot keep its data (use RestartAmnesia).
 	ErrNeedsPersistence = errors.New("chaos: restart keeping data needs ClusterOptions.Persistence on the redis-server backend")
 	// ErrUnsupported is returned for a fault the backend cannot produce, such
-	// as a clock rate below 1 on the redis-server backend.
+	// as a clock stepping back in-process, or a clock rate below 1 on the
+	// redis-server backend with emulated clocks (ClockEmulated).
 	ErrUnsupported = errors.New("chaos: fault not supported by this backend")
 	// ErrNodeDown is returned by a fault that needs a running server (Pause)
 	// on a node that was killed and not restarted.
@@ -33,9 +34,9 @@ var (
 	// for the end of the pause, or run after the call gave up. Call HealAll
 	// first.
 	ErrNodePaused = errors.New("chaos: node is paused")
-	// ErrInvalidFault is returned for a fault with bad arguments: a negative
-	// clock jump, a pause that is not positive, a clock rate that is not a
-	// positive finite number.
+	// ErrInvalidFault is returned for a fault with bad arguments: a pause
+	// that is not positive, a clock rate that is not a positive finite
+	// number.
 	ErrInvalidFault = errors.New("chaos: invalid fault argument")
 )
 
@@ -43,8 +44,8 @@ var (
 // server (reading keys, FlushAll, clock emulation on redis-server).
 const adminTimeout = 2 * time.Second
 
-// rateTick is how often the redis-server backend applies a clock rate above
-// 1 to the keys (see Node.SetClockRate).
+// rateTick is how often the redis-server backend with emulated clocks
+// applies a clock rate above 1 to the keys (see Node.SetClockRate).
 const rateTick = 5 * time.Millisecond
 
 // nodeClock is a node's clock: real time plus an offset that grows at
@@ -77,7 +78,15 @@ func (c *nodeClock) offsetAt(t time.Time) time.Duration {
 // at returns the node's time at real time t.
 func (c *nodeClock) at(t time.Time) time.Time { return t.Add(c.offsetAt(t)) }
 
-// jump moves the clock forward by d.
+// state returns the clock's offset at since and its rate: the clock reads
+// real time + offset + (rate − 1) × (real time − since).
+func (c *nodeClock) state() (offset time.Duration, rate float64, since time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset, c.rate, c.since
+}
+
+// jump moves the clock by d (back if d < 0).
 func (c *nodeClock) jump(d time.Duration) {
 	c.mu.Lock()
 	c.offset += d
@@ -118,14 +127,17 @@ type backend interface {
 	// pause makes the server stop executing commands until resume.
 	pause() error
 	resume() error
-	// syncClock brings the keys' expiry in line with the node clock, on a
-	// running server that is not paused.
+	// syncClock brings the server in line with the node clock: it moves the
+	// server's own clock, whatever the server's state, or, when the clock
+	// is emulated, the keys' expiry on a running server that is not paused.
 	syncClock(ctx context.Context) error
 	// forgetClock records that the data is gone, so clock debts are void.
 	forgetClock()
 	// emulatesClock reports whether the clock is emulated on the keys
 	// (syncClock does work) rather than driven inside the server.
 	emulatesClock() bool
+	// stepsBack reports whether the server's clock can step back.
+	stepsBack() bool
 	// close stops the server for good and releases its resources.
 	close() error
 }
@@ -394,29 +406,31 @@ func (n *Node) Partition(on bool) {
 // partition and a proxy Hold. It does not restart a killed node.
 func (n *Node) HealNetwork() { n.proxy.Heal() }
 
-// JumpClock moves the node's clock forward by d (>= 0), taking effect for
-// the next command: keys expire d earlier than they would have.
+// JumpClock steps the node's clock by d, forward (d > 0) or back (d < 0),
+// taking effect for the next command: forward, keys expire d earlier than
+// they would have; back, d later, and TIME goes back.
 //
-// In-process the miniredis clock itself jumps (TIME moves too). On
-// redis-server the clock cannot be moved (libfaketime hangs redis-server), so
-// the effect on the keys is emulated instead, atomically in one Lua script:
-// every key with a TTL has it shortened by d, or is deleted when its TTL is
-// at most d. This is an emulation on the keys, not a clock change: TIME and
-// keys written later are unaffected, and the TTLs are in whole milliseconds
-// (the sub-millisecond rest is carried to the next jump or rate tick). On a
-// killed or paused redis-server node the jump is applied when it comes back.
+// In-process the miniredis clock itself jumps (TIME moves too), forward
+// only. On redis-server with real clocks (ClockReal, see Cluster.Clocks)
+// the server's own wall clock jumps, either way, also while it is killed or
+// paused. With emulated clocks the effect of a forward jump on the keys is
+// emulated instead, atomically in one Lua script: every key with a TTL has
+// it shortened by d, or is deleted when its TTL is at most d; TIME and keys
+// written later are unaffected, and the TTLs are in whole milliseconds (the
+// sub-millisecond rest is carried to the next jump or rate tick); on a
+// killed or paused node the jump is applied when it comes back.
 //
-// Backward jumps are not supported (miniredis ignores them): d < 0 returns
-// ErrInvalidFault. It also returns ErrClosed after Cluster.Close, or the
-// error of the emulation script.
+// A backward jump where the clock cannot go back (in-process, emulated)
+// returns ErrUnsupported. It also returns ErrClosed after Cluster.Close, or
+// the error of moving the clock.
 func (n *Node) JumpClock(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("%w: backward clock jump of %v", ErrInvalidFault, d)
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return ErrClosed
+	}
+	if d < 0 && !n.be.stepsBack() {
+		return fmt.Errorf("%w: clock step back of %v on %s (%s)", ErrUnsupported, -d, n.name, n.kind)
 	}
 	n.clock.jump(d)
 	return n.syncClockLocked()
@@ -426,13 +440,14 @@ func (n *Node) JumpClock(d time.Duration) error {
 // (r > 0; 1 is normal), keeping the offset accumulated so far: with r = 2 a
 // key's TTL runs out in half the real time.
 //
-// In-process the miniredis clock itself runs at that rate. On redis-server it
-// is emulated on the keys, like JumpClock: every 5 ms a goroutine shortens
-// every TTL by (r − 1) × the real time elapsed, deleting keys whose TTL runs
-// out; this is not a clock change, and rates below 1 cannot be emulated
-// (ErrUnsupported). It returns ErrInvalidFault for a rate that is not a
-// positive finite number, ErrClosed after Cluster.Close, or the error of the
-// emulation script.
+// In-process the miniredis clock itself runs at that rate; on redis-server
+// with real clocks, the server's own wall clock does. With emulated clocks
+// it is emulated on the keys, like JumpClock: every 5 ms a goroutine
+// shortens every TTL by (r − 1) × the real time elapsed, deleting keys whose
+// TTL runs out; this is not a clock change, and rates below 1 cannot be
+// emulated (ErrUnsupported). It returns ErrInvalidFault for a rate that is
+// not a positive finite number, ErrClosed after Cluster.Close, or the error
+// of moving the clock.
 func (n *Node) SetClockRate(r float64) error {
 	if !(r > 0) || math.IsInf(r, 0) {
 		return fmt.Errorf("%w: clock rate %v", ErrInvalidFault, r)
@@ -445,11 +460,12 @@ func (n *Node) SetClockRate(r float64) error {
 	if n.be.emulatesClock() && r < 1 {
 		return fmt.Errorf("%w: clock rate %v < 1 on %s (redis-server keys can be shortened, not lengthened)", ErrUnsupported, r, n.kind)
 	}
-	// Settle the old rate's debt before switching.
+	// Settle the old rate's debt before switching; then give a real clock
+	// its new rate.
 	err := n.syncClockLocked()
 	n.clock.setRate(r)
 	n.setTickerLocked(r != 1)
-	return err
+	return errors.Join(err, n.syncClockLocked())
 }
 
 // ClockRate returns the node's clock rate (1 = real time).
@@ -457,8 +473,9 @@ func (n *Node) ClockRate() float64 { return n.clock.getRate() }
 
 // Clock returns the node's current time: real time plus the offset from
 // JumpClock and SetClockRate. In-process it is the time the node's miniredis
-// uses; on redis-server it is the emulated clock (the server's own clock is
-// the machine's).
+// uses; on redis-server with real clocks it is the server's own clock, with
+// emulated ones the clock the keys' TTLs follow (the server's is the
+// machine's).
 func (n *Node) Clock() time.Time { return n.clock.at(time.Now()) }
 
 // setTickerLocked starts or stops the goroutine applying the clock rate on a
@@ -498,9 +515,10 @@ func (n *Node) tickLoop(stop <-chan struct{}) {
 	}
 }
 
-// syncClockLocked applies the clock to the keys of a live, unpaused node.
+// syncClockLocked applies the clock to the node: to its server's own
+// clock in any state, or, emulated, to the keys of a live, unpaused node.
 func (n *Node) syncClockLocked() error {
-	if n.killed || n.paused || n.closed {
+	if n.closed || (n.be.emulatesClock() && (n.killed || n.paused)) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
@@ -518,8 +536,9 @@ func (n *Node) setBgErrLocked(err error) {
 }
 
 // heal brings the node back to normal: running, unpaused, no network fault,
-// clock rate 1 (offset kept). It returns, and clears, the first error of a
-// background goroutine too.
+// clock rate 1, a clock behind real time moved forward to it (an offset
+// ahead is kept: clocks never go back). It returns, and clears, the first
+// error of a background goroutine too.
 func (n *Node) heal(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -534,6 +553,10 @@ func (n *Node) heal(ctx context.Context) error {
 	errs = append(errs, n.syncClockLocked())
 	n.clock.setRate(1)
 	n.setTickerLocked(false)
+	if off := n.clock.offsetAt(time.Now()); off < 0 {
+		n.clock.jump(-off)
+	}
+	errs = append(errs, n.syncClockLocked())
 	if n.killed {
 		errs = append(errs, n.startLocked(ctx))
 	}

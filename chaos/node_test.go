@@ -286,8 +286,8 @@ func TestNodeKillEndsPauseAndDropsQueuedCommands(t *testing.T) {
 }
 
 func TestNodeJumpClock(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b Backend) {
-		n, rdb := oneNode(t, ClusterOptions{Backend: b})
+	eachClock(t, func(t *testing.T, opt ClusterOptions) {
+		n, rdb := oneNode(t, opt)
 		ctx := tctx(t, 5*time.Second)
 		mustDo(t, "SET", rdb.Set(ctx, "short", "v", 800*time.Millisecond).Err())
 		mustDo(t, "SET", rdb.Set(ctx, "long", "v", 10*time.Second).Err())
@@ -308,15 +308,19 @@ func TestNodeJumpClock(t *testing.T) {
 		if off := time.Until(n.Clock()); off < 950*time.Millisecond || off > 1050*time.Millisecond {
 			t.Errorf("Clock is %v ahead of real time, want 1s", off)
 		}
-		if err := n.JumpClock(-time.Second); !errors.Is(err, ErrInvalidFault) {
-			t.Errorf("JumpClock(-1s): %v, want ErrInvalidFault", err)
+		if realClock(opt) {
+			return // stepping back: TestNodeRealClockStepsBack
+		}
+		if err := n.JumpClock(-time.Second); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("JumpClock(-1s): %v, want ErrUnsupported", err)
 		}
 	})
 }
 
 func TestNodeJumpClockWhileKilled(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b Backend) {
-		n, rdb := oneNode(t, ClusterOptions{Backend: b, Persistence: true})
+	eachClock(t, func(t *testing.T, opt ClusterOptions) {
+		opt.Persistence = true
+		n, rdb := oneNode(t, opt)
 		setKey(t, rdb, "k", 3*time.Second)
 		mustDo(t, "Kill", n.Kill())
 		mustDo(t, "JumpClock", n.JumpClock(5*time.Second))
@@ -328,8 +332,8 @@ func TestNodeJumpClockWhileKilled(t *testing.T) {
 }
 
 func TestNodeSetClockRate(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b Backend) {
-		n, rdb := oneNode(t, ClusterOptions{Backend: b})
+	eachClock(t, func(t *testing.T, opt ClusterOptions) {
+		n, rdb := oneNode(t, opt)
 		setKey(t, rdb, "k", 600*time.Millisecond)
 		start := time.Now()
 		mustDo(t, "SetClockRate", n.SetClockRate(3))
@@ -358,13 +362,13 @@ func TestNodeSetClockRate(t *testing.T) {
 				t.Errorf("SetClockRate(%v): %v, want ErrInvalidFault", r, err)
 			}
 		}
-		if b == RedisServer {
+		if opt.Backend == RedisServer && !realClock(opt) {
 			if err := n.SetClockRate(0.5); !errors.Is(err, ErrUnsupported) {
-				t.Errorf("SetClockRate(0.5) on redis-server: %v, want ErrUnsupported", err)
+				t.Errorf("SetClockRate(0.5) on redis-server with emulated clocks: %v, want ErrUnsupported", err)
 			}
 			return
 		}
-		// In-process a slow clock makes keys live longer.
+		// A slow clock makes keys live longer.
 		setKey(t, rdb, "slow", 200*time.Millisecond)
 		mustDo(t, "SetClockRate(0.5)", n.SetClockRate(0.5))
 		time.Sleep(250 * time.Millisecond)

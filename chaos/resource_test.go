@@ -24,7 +24,7 @@ func TestResources_PlainTakesAllFencedIsTheGuard(t *testing.T) {
 	}{{5, true}, {3, false}, {5, true}, {7, true}, {6, false}, {0, false}} {
 		assert.Equal(t, w.ok, r.writeFenced(w.token), "fenced, token %d", w.token)
 	}
-	assert.Equal(t, uint64(7), r.fenced.Highest())
+	assert.Equal(t, uint64(7), r.fenced.(*guardStore).guard.Highest())
 }
 
 // Since the fenced store accepts an equal token, two holders given one token

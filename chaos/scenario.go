@@ -163,6 +163,8 @@ type Result struct {
 	Scenario     string        `json:"scenario"`
 	Backend      Backend       `json:"backend"`
 	Nodes        int           `json:"nodes"`
+	Clocks       string        `json:"clocks"`       // how node clocks move: Cluster.Clocks
+	FencedStore  string        `json:"fenced_store"` // the fenced resource: FencedStore.Name
 	Trials       int           `json:"trials"`
 	Seed         uint64        `json:"seed,string"`
 	Mutant       string        `json:"mutant,omitempty"`
@@ -239,12 +241,17 @@ func RunMutant(ctx context.Context, cluster *Cluster, s Scenario, m Mutant, tria
 
 func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials int, seed uint64, progress func(string)) (Result, error) {
 	n := len(cluster.Nodes())
-	res := Result{Scenario: s.Name, Backend: cluster.Backend(), Nodes: n, Seed: seed, Expect: s.Expect, Why: s.Why}
+	res := Result{Scenario: s.Name, Backend: cluster.Backend(), Nodes: n, Clocks: cluster.Clocks(), FencedStore: cluster.fenced.Name(),
+		Seed: seed, Expect: s.Expect, Why: s.Why}
 	if m != nil {
 		res.Mutant = m.Name
 	}
 	if s.MinNodes > 0 && n < s.MinNodes {
 		res.Skipped = fmt.Sprintf("needs at least %d nodes", s.MinNodes)
+		return res, nil
+	}
+	if why := cluster.unsupportedClockFault(s); why != "" {
+		res.Skipped = why
 		return res, nil
 	}
 	limit := trials
@@ -520,6 +527,10 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
 		return trialResult{}, err
 	}
+	res, err := cluster.trialResources(ctx)
+	if err != nil {
+		return trialResult{}, err
+	}
 	o := oracle.NewOracle()
 	if !s.Workload.NoFencing {
 		o.ExpectTokens()
@@ -535,13 +546,13 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 		return trialResult{}, err
 	}
 	checks := newHandoutChecks(s, len(cluster.Nodes()))
-	stats := s.Workload.run(tctx, clients, o, newResources(), seed, func(a acquisition) {
+	stats := s.Workload.run(tctx, clients, o, res, seed, func(a acquisition) {
 		checks.record(a)
 		inj.trigger(tctx, triggered, a)
 	})
 	cancel()
 	inj.stop()
-	if err := inj.firstErr(); err != nil {
+	if err := errors.Join(inj.firstErr(), res.err()); err != nil {
 		return trialResult{}, err
 	}
 	return judgeTrial(ctx, cluster, s, o, checks, stats)
@@ -576,6 +587,7 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 	if note != "" {
 		tr.info = append(tr.info, note)
 	}
+	tr.info = append(tr.info, tokenOrderNotes(tr.history)...)
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)
 	}
@@ -804,7 +816,7 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 		band = false
 	case JumpClock:
 		err = node.JumpClock(f.Amount)
-		label, band = "clock +"+f.Amount.String(), false
+		label, band = clockStepLabel(f.Amount), false
 	case ClockRate:
 		err = node.SetClockRate(f.Rate)
 		label = fmt.Sprintf("clock ×%g", f.Rate)

@@ -61,6 +61,7 @@ Examples:
   redlock chaos --mutants
   redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
+  redlock chaos --backend redis-server --fenced redis --scenario clock-back-amnesia
 
 Flags:
 `
@@ -80,6 +81,8 @@ type chaosFlags struct {
 	verbose     bool
 	mutants     bool
 	timeScale   float64
+	clocks      string
+	fenced      string
 }
 
 // maxTimeScale is the largest --time-scale: a 100 times slower machine is
@@ -122,6 +125,8 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: each trial's progress, and a wide table with trials, backend, latency and each scenario's reason")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
+	fs.StringVar(&f.clocks, "clocks", "auto", "how redis-server nodes' clocks move: real (a preloaded clock shim built with the C compiler moves each server's own clock), emulated (TTLs are shortened), or auto (real where a C compiler is found)")
+	fs.StringVar(&f.fenced, "fenced", "guard", "the fenced resource: guard (fencing.Guard in this process) or redis (fencing.SetIfNewer on a redis-server of its own)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, from 1 to 100, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -147,6 +152,12 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	}
 	if _, err := chaos.ParseBackend(f.backend); err != nil {
 		return f, fmt.Errorf("--backend %q: want %s or %s", f.backend, chaos.InProcess, chaos.RedisServer)
+	}
+	if _, err := chaos.ParseClockMode(f.clocks); err != nil {
+		return f, fmt.Errorf("--clocks %q: want auto, real or emulated", f.clocks)
+	}
+	if f.fenced != "guard" && f.fenced != "redis" {
+		return f, fmt.Errorf("--fenced %q: want guard or redis", f.fenced)
 	}
 	return f, nil
 }
@@ -205,12 +216,25 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	progress(fmt.Sprintf("redlock chaos: %s on %s", what, plural(f.nodes, string(backend)+" node")))
 	progress(fmt.Sprintf("redlock chaos: seed %d, time scale %v", f.seed, f.timeScale))
 
-	cluster, err := chaos.NewCluster(ctx, chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary})
+	clocks, _ := chaos.ParseClockMode(f.clocks)
+	opt := chaos.ClusterOptions{Backend: backend, Nodes: f.nodes, RedisBinary: f.redisBinary, Clocks: clocks}
+	if f.fenced == "redis" {
+		store, err := chaos.StartRedisStore(ctx, f.redisBinary)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return exitMismatch
+		}
+		defer store.Close()
+		opt.Fenced = store
+	}
+	cluster, err := chaos.NewCluster(ctx, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 		return exitMismatch
 	}
 	defer cluster.Close()
+	progress("clocks: " + cluster.Clocks())
+	progress("fenced resource: " + cluster.FencedStore().Name())
 
 	if f.svgDir != "" {
 		if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
@@ -393,6 +417,9 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 	}
 	fmt.Fprintf(&buf, "\n%s per scenario (up to %d for an expected-unsafe one).\n", plural(trials, "trial"), chaos.UnsafeTrialLimit)
 	buf.WriteString("-v adds trials, latency and why each verdict is expected; --json gives all.\n")
+	if len(results) > 0 {
+		fmt.Fprintf(&buf, "clocks: %s; fenced resource: %s\n", results[0].Clocks, results[0].FencedStore)
+	}
 	fmt.Fprintf(&buf, "seed %d on %s\n%s\n", seed, plural(nodes, string(backend)+" node"), summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
 }
@@ -460,6 +487,9 @@ func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 			writeWrapped(&buf, "note: "+n, "    ", "      ")
 		}
 	}
+	if len(results) > 0 {
+		fmt.Fprintf(&buf, "\nclocks: %s\nfenced resource: %s\n", results[0].Clocks, results[0].FencedStore)
+	}
 	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
 }
@@ -473,8 +503,8 @@ VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion
                     broken)
 STALE PLAIN/FENCED  writes a resource accepted from a holder after it had
                     accepted one from a later holder: the plain resource
-                    checks nothing; the fenced one is fencing.Guard (refuses
-                    a lower token, accepts an equal one)
+                    checks nothing; the fenced one (named below the table)
+                    refuses a lower token and accepts an equal one
 TOKEN ORDER         ok when each holder's fencing token was above the
                     previous holder's; "N out" counts the pairs where it was
                     not

@@ -56,8 +56,11 @@ type HoldID int
 //     violate each other.
 //   - A stale write to a resource is a write by hold H accepted by that
 //     resource after the resource had already accepted a write from a hold
-//     acquired strictly later than H. Writes are taken in the order of their
-//     `at` times (ties in the order Wrote was called).
+//     acquired strictly later than H: that write had returned (its end, see
+//     WroteSpan) by the time H's write started (its `at`). Writes whose
+//     spans overlap may have taken effect in either order at the resource,
+//     so one of them is never stale because of the other; a write recorded
+//     with Wrote spans no time.
 //   - A token order violation is a pair of consecutive holds, in order of
 //     acquisition time, whose tokens do not strictly increase; pairs where both
 //     tokens are 0 (fencing off) are skipped unless ExpectTokens was called.
@@ -623,32 +626,37 @@ func (h *History) intervalEnds() {
 	}
 }
 
-// markStaleWrites flags the stale writes: per resource, in order of `at`
-// (stable), it remembers the latest acquisition time among holds whose
-// writes were accepted.
+// markStaleWrites flags the stale writes: per resource, sweeping the
+// accepted writes in order of `at`, it takes in every accepted write that
+// had returned by then (in order of End) and remembers the latest
+// acquisition time among their holds.
 func (h *History) markStaleWrites() {
-	order := make([]int, len(h.Writes))
-	for i := range order {
-		order[i] = i
+	var starts, ends []int
+	for i, w := range h.Writes {
+		if w.Accepted {
+			starts = append(starts, i)
+			ends = append(ends, i)
+		}
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(h.Writes[a].At, h.Writes[b].At) })
+	slices.SortStableFunc(starts, func(a, b int) int { return cmp.Compare(h.Writes[a].At, h.Writes[b].At) })
+	slices.SortStableFunc(ends, func(a, b int) int { return cmp.Compare(h.Writes[a].End, h.Writes[b].End) })
 	type newest struct {
 		acquired time.Duration
 		any      bool
 	}
 	seen := map[string]newest{}
-	for _, i := range order {
+	next := 0 // ends[:next] have been taken in
+	for _, i := range starts {
 		w := &h.Writes[i]
-		if !w.Accepted {
-			continue
+		for ; next < len(ends) && h.Writes[ends[next]].End <= w.At; next++ {
+			done := h.Writes[ends[next]]
+			acq := h.Holds[done.Hold-1].Acquired
+			if n := seen[done.Resource]; !n.any || acq > n.acquired {
+				seen[done.Resource] = newest{acq, true}
+			}
 		}
-		acq := h.Holds[w.Hold-1].Acquired
-		n := seen[w.Resource]
-		if n.any && n.acquired > acq {
+		if n := seen[w.Resource]; n.any && n.acquired > h.Holds[w.Hold-1].Acquired {
 			w.Stale = true
-		}
-		if !n.any || acq > n.acquired {
-			seen[w.Resource] = newest{acq, true}
 		}
 	}
 }

@@ -263,6 +263,31 @@ func TestOracleStaleWritesOrderedByTime(t *testing.T) {
 	assert.Zero(t, r3.Resources["other"].Stale)
 }
 
+// A write that takes time (real storage) is only stale after a later
+// holder's accepted write that had returned before it started: writes whose
+// spans overlap may have taken effect in either order.
+func TestOracleStaleWritesNeedTheLaterWriteReturned(t *testing.T) {
+	for name, tc := range map[string]struct {
+		b     [2]int // b's write: start, end (ms)
+		a     int    // a's write: start = end (ms)
+		stale int
+	}{
+		"a starts while b's write is in flight": {b: [2]int{60, 80}, a: 70, stale: 0},
+		"a starts as b's write returns":         {b: [2]int{60, 80}, a: 80, stale: 1},
+		"a starts after b's write returned":     {b: [2]int{60, 80}, a: 90, stale: 1},
+		"a before b's write":                    {b: [2]int{60, 80}, a: 55, stale: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := NewOracle()
+			a := oracleHold(o, 0, 1, 0, 100)
+			b := oracleHold(o, 1, 2, 50, 150)
+			o.WroteSpan(b, ResourceFenced, 2, true, oracleAt(o, tc.b[0]), oracleAt(o, tc.b[1]))
+			o.Wrote(a, ResourceFenced, 1, true, oracleAt(o, tc.a))
+			assert.Equal(t, tc.stale, o.Report().StaleWritesFenced)
+		})
+	}
+}
+
 func TestOracleTokenOrderViolations(t *testing.T) {
 	o := NewOracle()
 	// Recorded out of acquisition order on purpose.

@@ -85,6 +85,10 @@ type Options struct {
 	// Args are more redis-server arguments, put after the package's own
 	// (a later option wins), e.g. "--cluster-enabled", "yes".
 	Args []string
+	// Env is added to this process's environment for the server (entries
+	// "KEY=value"; a key given here replaces the inherited one), e.g. an
+	// LD_PRELOAD. Restart uses it again.
+	Env []string
 }
 
 // proc is one started redis-server process.
@@ -345,6 +349,9 @@ func (s *Server) args(port int) []string {
 func (s *Server) launch(ctx context.Context, port int) (*proc, error) {
 	cmd := exec.Command(s.opt.Binary, s.args(port)...)
 	cmd.Dir = s.opt.Dir
+	if len(s.opt.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opt.Env...)
+	}
 	out := &tailBuffer{max: outputTail}
 	cmd.Stdout = out
 	cmd.Stderr = out
