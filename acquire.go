@@ -138,6 +138,9 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 	if err := cfg.checkRetention(ttl); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkMinHold(ttl); err != nil {
+		return nil, err
+	}
 	name := cfg.prefix + key
 	if err := checkKeyName(name); err != nil {
 		return nil, err
@@ -519,7 +522,7 @@ func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written
 		keyArgs: a.call.boxedKeys(len(a.keys)), ownerArg: a.call.boxedArg(0),
 		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(a.ttl - Drift(a.ttl, a.cfg.driftFactor)),
-		nodes: acq.results, state: a.shared,
+		nodes: acq.results, state: a.shared, holdUntil: acquiredAt.Add(a.cfg.minHold),
 	}
 }
 

@@ -40,6 +40,7 @@ type config struct {
 	fencing     bool
 	quarantine  time.Duration // amnesia guard; 0: off
 	retention   time.Duration // of each key's counter and epoch (WithRetention)
+	minHold     time.Duration // WithMinHold (minhold.go); 0: none
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
