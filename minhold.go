@@ -12,22 +12,19 @@ import (
 
 // WithMinHold makes Release leave the lock taken until d after it was
 // acquired (AcquiredAt of the acquisition, not of an extension), even when
-// the work ended sooner, and never past the validity deadline of the handle
-// released (ValidUntil; a Lease's latest). Release then does not delete the
-// keys: on every node where they still hold this lock's owner value it
-// shortens their remaining TTL to the time left of the hold (never
-// lengthening it), with the results and the waiting of a delete; the keys
-// then expire on their own. Past the hold, Release deletes as usual. The lock's
-// Validity ends at Release either way. Waiters are not told when the keys
-// expire: they find the lock free at their next retry.
+// the work ended sooner, but never past the released handle's ValidUntil (a
+// Lease's latest). Until then Release shortens the keys, where they still
+// hold this lock's owner value, to expire at that time (never lengthening
+// them) instead of deleting them, with a delete's results and waiting; the
+// lock's Validity ends at once. Waiters find the lock free at their next
+// retry (no release message). For Acquire, TryAcquire and Do.
 //
-// Hosts that run one schedule (cron, gocron) and take the lock per tick get
-// one run per tick: a host whose tick fires up to d after the first host's
-// finds the lock taken. The skew tolerated is the smaller of d and the period
-// minus d: half the period tolerates the most. It applies to Acquire,
-// TryAcquire and Do. 0, the default, means no hold; a negative d gives
-// ErrInvalidArgument, and so does a d longer than the TTL from Acquire,
-// TryAcquire, Do and CheckTTL (a lock held longer needs a longer TTL).
+// Hosts that run one schedule and take the lock per tick then run a short
+// job once per tick: a host whose tick fires up to d after the first one's
+// finds the lock taken. The skew tolerated is the smaller of d and the
+// period minus d. 0, the default, is no hold. A negative d, or one longer
+// than the TTL (from Acquire, TryAcquire, Do, CheckTTL), gives
+// ErrInvalidArgument.
 func WithMinHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
