@@ -150,6 +150,9 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 	if err := cfg.checkRetention(ttl); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkMinHold(ttl); err != nil {
+		return nil, err
+	}
 	return []string{name, fenceKey(name), epochKey(name)}, nil
 }
 
@@ -594,7 +597,7 @@ func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written
 		keyArgs: a.call.boxedKeys(len(a.keys)), ownerArg: a.call.boxedArg(0),
 		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(a.ttl - Drift(a.ttl, a.cfg.driftFactor)),
-		nodes: acq.results, state: a.shared,
+		nodes: acq.results, state: a.shared, holdUntil: acquiredAt.Add(a.cfg.minHold),
 	}
 }
 

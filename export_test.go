@@ -17,12 +17,13 @@ var ScriptHashes = map[string]string{
 	"release":      releaseScript.Hash(),
 	"abandon":      abandonScript.Hash(),
 	"releaseVouch": releaseVouchScript.Hash(),
+	"hold":         holdScript.Hash(),
 }
 
 // LoadScripts loads every Lua script into a node's script cache, so that
 // later calls are one EVALSHA each (no NOSCRIPT round trip).
 func LoadScripts(ctx context.Context, rc redis.Scripter) error {
-	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, abandonScript, releaseVouchScript, inspectScript} {
+	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, abandonScript, releaseVouchScript, holdScript, inspectScript} {
 		if err := s.Load(ctx, rc).Err(); err != nil {
 			return err
 		}

@@ -30,6 +30,7 @@ type Lock struct {
 	ttl        time.Duration
 	acquiredAt time.Time
 	validUntil time.Time
+	holdUntil  time.Time // the end of the minimum hold, WithMinHold (minhold.go)
 	attempts   int
 	nodes      []NodeResult
 	nested     bool // a reentrant handle: Release leaves the nodes alone (reentrant.go)
@@ -352,6 +353,9 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // answered in time (nor on one that answered late but within the per-node
 // timeouts).
 //
+// While the lock's minimum hold (WithMinHold) lasts, the keys are not
+// deleted but left to expire at its end, with the same results.
+//
 // Once Release is called the lock's Validity is zero or negative on every
 // handle, whatever the result. A Lease that keeps this lock alive is stopped
 // first. A nested (reentrant) handle's Release returns nil without a round
@@ -378,10 +382,10 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, ErrClosed
 	}
 	l.state.released.Store(true)
-	var call *scriptCall
-	if l.vouch {
+	call := l.holdCall(time.Now()) // nil once the minimum hold has passed
+	if call == nil && l.vouch {
 		call = newScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
-	} else {
+	} else if call == nil {
 		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
 	}
 	call.forNodes(len(c.nodes))

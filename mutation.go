@@ -26,6 +26,7 @@ func init() {
 		"release":       releaseScript,
 		"abandon":       abandonScript,
 		"release-vouch": releaseVouchScript,
+		"hold":          holdScript,
 		"extend":        extendScript,
 	} {
 		mutation.Scripts[name] = scriptSource(s)

@@ -41,6 +41,7 @@ type config struct {
 	quarantine  time.Duration // amnesia guard; 0: off (WithoutAmnesiaGuard)
 	outageLimit time.Duration // how long Acquire waits out no majority; 0: no limit
 	retention   time.Duration // of each key's counter and epoch (WithRetention)
+	minHold     time.Duration // WithMinHold (minhold.go); 0: none
 	logger      *slog.Logger
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)

@@ -106,7 +106,7 @@ func (m *millisArgs) arg(d time.Duration) any {
 var boxedHashes = map[*redis.Script]any{}
 
 func init() {
-	for _, s := range []*redis.Script{acquireScript, releaseScript, abandonScript, releaseVouchScript, extendScript} {
+	for _, s := range []*redis.Script{acquireScript, releaseScript, abandonScript, releaseVouchScript, holdScript, extendScript} {
 		boxedHashes[s] = s.Hash()
 	}
 }
@@ -429,6 +429,37 @@ if v == ARGV[1] then
 end
 if v then return -1 end
 return 0
+`)
+
+// holdScript is what Release sends instead of releaseScript while the
+// lock's minimum hold (WithMinHold) has not passed: if ARGV[1] is the owner
+// value, the lock key's remaining TTL becomes ARGV[2] milliseconds, the time
+// left of the hold, unless less is left already: it never lengthens the key,
+// so the key expires by itself at the end of the hold or sooner. With a
+// third key and ARGV[3], it does releaseVouchScript's write-back (counter :=
+// max(counter, ARGV[3]), epoch trusted; only where they exist). It tells no
+// waiter: the key is still held. Codes: 1 shortened (or already shorter),
+// -1 held by another owner, 0 not there.
+var holdScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then
+  if v then return -1 end
+  return 0
+end
+local t = redis.call('PTTL', KEYS[1])
+if t < 0 or t > tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if ARGV[3] then
+  local c = redis.call('GET', KEYS[2])
+  if c and tonumber(c) < tonumber(ARGV[3]) then
+    redis.call('SET', KEYS[2], ARGV[3], 'KEEPTTL')
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('HSET', KEYS[3], 'trusted', '1')
+  end
+end
+return 1
 `)
 
 // extendScript makes the lock key live at least ARGV[2] more milliseconds if

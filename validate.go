@@ -29,6 +29,7 @@ import (
 //     WithNodeTimeout); the error names the smallest usable TTL;
 //   - the retention (WithRetention) must be at least ttl and at least the
 //     quarantine (WithQuarantine);
+//   - the minimum hold (WithMinHold) must not be longer than ttl;
 //   - the extension interval (WithExtendInterval, default ttl/3) must be
 //     below the validity of a fresh lock, ttl − Drift(ttl, driftFactor).
 //
@@ -45,6 +46,9 @@ func CheckTTL(ttl time.Duration, opts ...Option) error {
 		return err
 	}
 	if err := cfg.checkRetention(ttl); err != nil {
+		return err
+	}
+	if err := cfg.checkMinHold(ttl); err != nil {
 		return err
 	}
 	_, err := cfg.hold.intervalFor(ttl, cfg.driftFactor)
