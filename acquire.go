@@ -26,7 +26,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// (notify.go).
 		w *lockWaiter
 		// out is the run of attempts that found no majority answering.
-		out = outage{c: c, cfg: &cfg, ctx: ctx, key: key}
+		out = outage{c: c, cfg: cfg, ctx: ctx, key: key}
 	)
 	defer func() { w.leave() }()
 	// A Client whose Release just woke a waiter of the key lets it go
@@ -187,7 +187,7 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 // logger when it starts waiting one out and when a majority answers again.
 type outage struct {
 	c         *Client
-	cfg       *config
+	cfg       config
 	ctx       context.Context
 	key       string
 	since     time.Time    // the start of the run's first attempt; zero: no run
@@ -224,7 +224,7 @@ func (o *outage) unannounced() *outage {
 // announce reports the start of the run (OpOutage, OK false), once.
 func (o *outage) announce() {
 	o.announced = true
-	o.c.observeOutage(o.ctx, *o.cfg, o.key, o.last, time.Since(o.since))
+	o.c.observeOutage(o.ctx, o.cfg, o.key, o.last, time.Since(o.since))
 }
 
 // answered ends the run at an attempt, started at started, in which a
@@ -235,7 +235,7 @@ func (o *outage) answered(started time.Time, nodes []NodeResult) {
 		return
 	}
 	if o.announced {
-		o.c.observeOutageEnd(o.ctx, *o.cfg, o.key, nodes, started.Sub(o.since))
+		o.c.observeOutageEnd(o.ctx, o.cfg, o.key, nodes, started.Sub(o.since))
 	}
 	o.since, o.last, o.announced = time.Time{}, nil, false
 }

@@ -766,12 +766,12 @@ func TestAmnesiaGuard_FailedAttemptsDoNotProlongAQuarantine(t *testing.T) {
 	})
 }
 
-// A failed attempt voids only the epoch its own grant created (abandonScript
-// checks `by`), and a grant that finds a void epoch makes it its own (`by`
-// is its owner value, `void` is cleared): a successful holder's epoch whose
-// vouching never landed on a node is that holder's history, and stays as it
-// is when another attempt that was granted there fails.
-func TestAmnesiaGuard_FailedAttemptVoidsOnlyItsOwnEpoch(t *testing.T) {
+// An epoch is void until a holder vouches for it: a grant creates it void,
+// a grant that finds it void makes it its own (`by`) and leaves it void,
+// and only vouching clears it. So an epoch whose vouching never landed on a
+// node stays void whatever attempts follow, and the next successful holder
+// vouches for it.
+func TestAmnesiaGuard_EpochStaysVoidUntilVouched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newWarmCluster(t, 3, redlock.WithQuarantine(time.Minute))
@@ -792,32 +792,69 @@ func TestAmnesiaGuard_FailedAttemptVoidsOnlyItsOwnEpoch(t *testing.T) {
 			return isScript("fence", cmd, args) || isScript("releaseVouch", cmd, args)
 		})
 		holder := c.acquire(t, ctx, "report", 10*time.Second)
+		time.Sleep(redlock.VouchDelay)
 		synctest.Wait()
 		assert.Equal(t, holder.Owner(), c.nodes[2].m.HGet("{report}:epoch", "by"))
-		assert.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "void"), "the holder's grant took the void epoch over")
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "void"), "not vouched for: still void")
+		for _, i := range []int{0, 1} {
+			assert.Equal(t, "1", c.nodes[i].m.HGet("{report}:epoch", "trusted"), "node %d", i)
+		}
 		_ = holder.Release(ctx)
 		synctest.Wait()
 		c.nodes[2].FailIf(nil)
 		time.Sleep(10 * time.Second) // the holder's key expires on node 2
 		require.False(t, c.nodes[2].Has("report"))
-		require.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "trusted"))
 
 		// Nodes 0 and 1 are held by someone else: the next attempt fails
-		// after node 2 granted it (quarantined; nodes 0 and 1 answer
-		// later).
+		// after node 2 granted it (not counted; nodes 0 and 1 answer
+		// later), and node 2's epoch stays void.
 		c.holdElsewhere(t, "report", time.Second, 0, 1)
 		c.nodes[0].SlowScripts(10*time.Millisecond, "acquire")
 		c.nodes[1].SlowScripts(10*time.Millisecond, "acquire")
 		_, err = c.rl.TryAcquire(ctx, "report", 10*time.Second)
-		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		require.ErrorIs(t, err, redlock.ErrTaken)
 		assert.Equal(t, redlock.OutcomeQuarantined, quorumError(t, err).Nodes[2].Outcome)
 		synctest.Wait() // the clean-up
 		require.False(t, c.nodes[2].Has("report"), "the failed attempt's key is deleted")
-		assert.Equal(t, holder.Owner(), c.nodes[2].m.HGet("{report}:epoch", "by"))
-		assert.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "void"), "an epoch the failed attempt did not create is not its to void")
 		states, err := c.rl.Inspect(ctx, "report")
 		require.NoError(t, err)
-		assert.False(t, states[2].Void)
+		assert.True(t, states[2].Void)
+
+		// Once nodes 0 and 1 are free, their trusted votes decide, and the
+		// holder vouches for node 2.
+		time.Sleep(time.Second)
+		l := c.acquire(t, ctx, "report", 10*time.Second)
+		time.Sleep(redlock.VouchDelay)
+		synctest.Wait()
+		assert.Equal(t, "1", c.nodes[2].m.HGet("{report}:epoch", "trusted"))
+		assert.Empty(t, c.nodes[2].m.HGet("{report}:epoch", "void"))
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
+// A grant that a node applies after the client gave up on it (past the
+// per-node timeout), and so after the failed attempt's clean-up, leaves
+// the attempt's key there until its TTL and an epoch no holder vouched for.
+// The epoch is void, so once that key has expired the key is acquired at
+// once as a brand new key, not locked out for a quarantine.
+func TestAmnesiaGuard_GrantAppliedAfterTheTimeoutDoesNotLockTheKeyOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3)
+		c.holdElsewhere(t, "report", 500*time.Millisecond, 0)
+		c.nodes[1].SlowScripts(2*time.Second, "acquire") // the per-node timeout is 100 ms
+		_, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.Contains(t, []redlock.Outcome{redlock.OutcomePending, redlock.OutcomeTimedOut}, quorumError(t, err).Nodes[1].Outcome)
+		c.nodes[1].SlowScripts(0, "acquire")
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.True(t, c.nodes[1].Has("report"), "the late grant applied after the clean-up")
+		time.Sleep(10 * time.Second) // and its key expired
+		require.Equal(t, 0, c.holders("report"))
+		l, err := c.rl.TryAcquire(ctx, "report", 10*time.Second)
+		require.NoError(t, err, "a free key whose only history is unvouched grants is acquired at once")
+		require.NoError(t, l.Release(ctx))
 	})
 }
 

@@ -152,8 +152,8 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 // `born` (node time in ms when it was created), `by` (the owner value of the
 // attempt whose grant created it, absent when a write-back created it),
 // `trusted` ("1" once a successful acquisition vouched for this node's copy
-// of the key's history) and `void` ("1" while the attempt that created it
-// has failed and taken its grant back; see abandonScript).
+// of the key's history) and `void` ("1" until a holder vouches for it: a
+// grant creates the epoch void; see acquireScript).
 // All are named by the client so Redis Cluster can route the script to the
 // slot that owns them. The counter and the epoch expire after the retention
 // (WithRetention) once no grant, extension or write-back touches them.
@@ -201,13 +201,16 @@ end
 // trusted (amnesia guard):
 //
 //	0  trusted: vouched for by a successful acquisition (or guard off)
-//	1  quarantined: the epoch is younger than the quarantine, never vouched for
+//	1  quarantined: the epoch is younger than the quarantine, never vouched
+//	   for, and not void (made by an earlier version of this library, which
+//	   created epochs not void)
 //	2  new: the epoch did not exist and was created now (first use of the key
 //	   on this node, the node lost its data, or the name was idle for the
-//	   retention), or it is void: a failed attempt created it and took its
-//	   grant back (abandonScript), so the node is as it was before that
-//	   attempt; a void epoch keeps its age, so that a node that lost its data
-//	   still leaves its quarantine on time
+//	   retention), or it is void: no holder has vouched for it since it was
+//	   created (a failed attempt, a grant applied after its client gave up on
+//	   it, a holder that stopped before vouching), so it records no lock that
+//	   a live key would not show; a void epoch keeps its age, so that a node
+//	   that lost its data still leaves its quarantine on time
 //	3  aged: never vouched for, but older than the quarantine, so any grant
 //	   it may have forgotten has expired
 //
@@ -248,8 +251,8 @@ if e[2] == '1' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not e[1] then
-  redis.call('HSET', KEYS[3], 'born', now, 'by', ARGV[1])
+if not e[1] then -- void until a holder vouches for it
+  redis.call('HSET', KEYS[3], 'born', now, 'by', ARGV[1], 'void', '1')
   redis.call('PEXPIRE', KEYS[3], r)
   return -2 - c -- created now: new
 end
@@ -260,7 +263,6 @@ if age >= q then
 end
 if e[3] then -- as if created now, but it keeps its age
   redis.call('HSET', KEYS[3], 'by', ARGV[1])
-  redis.call('HDEL', KEYS[3], 'void')
   return {1, c, 2, age}
 end
 return {1, c, 1, age}
@@ -386,13 +388,14 @@ return 0
 
 // abandonScript is releaseScript for a failed attempt with the amnesia guard
 // on (the attempt's clean-up): where it deletes our key it also marks the
-// key's epoch void if our grant created it (`by` is our owner value, or the
-// epoch was void when our grant found it) and no successful acquisition
-// vouched for it since. The next grant there reports a void epoch as new
-// (acquireScript): for the first-use rule the node is as it was before our
-// SET, so a failed first use does not quarantine the key. Deleting the epoch
-// instead would restart its age, and a node that lost its data would never
-// leave its quarantine while attempts keep failing.
+// key's epoch void if our grant created it (`by` is our owner value) and no
+// successful acquisition vouched for it since. Grants create epochs void
+// already; this covers epochs an earlier version of this library created.
+// The next grant there reports a void epoch as new (acquireScript): for the
+// first-use rule the node is as it was before our SET, so a failed first use
+// does not quarantine the key. Deleting the epoch instead would restart its
+// age, and a node that lost its data would never leave its quarantine while
+// attempts keep failing.
 var abandonScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then

@@ -38,7 +38,9 @@
 // operation, as "node=outcome") and, when the call failed, error.type and an
 // error status. An acquire span carries redlock.acquire.attempts,
 // redlock.fencing.token on success, and one event "redlock.attempt" per
-// attempt; a do span gets an event "redlock.lease.lost" when its lock is lost.
+// attempt, and "redlock.outage" (redlock.outage.over false, then true) when
+// it waits out an outage and when that ends (redlock.OpOutage); a do span
+// gets an event "redlock.lease.lost" when its lock is lost.
 // The key is recorded as set by WithKeyAttribute (hashed by default). Owner
 // values, passwords and error messages (which name the key) are never
 // recorded.
@@ -83,12 +85,14 @@ const (
 	AttemptKey      = attribute.Key("redlock.attempt")          // an attempt event's number: 1, 2, ...
 	FencingTokenKey = attribute.Key("redlock.fencing.token")    // the token of the lock acquired or extended
 	ValidityKey     = attribute.Key("redlock.lock.validity")    // an attempt event's validity time, in seconds
+	OutageOverKey   = attribute.Key("redlock.outage.over")      // an outage event's: false when it starts, true when it ends
 )
 
 // Span event names.
 const (
 	attemptEventName = "redlock.attempt"    // one per acquisition attempt, on the acquire span
 	lostEventName    = "redlock.lease.lost" // a Lease lost its lock, on the do span (or the caller's)
+	outageEventName  = "redlock.outage"     // Acquire waits an outage out, or it ended, on the acquire span
 )
 
 // KeyMode says how spans record the lock key.
@@ -318,6 +322,11 @@ func (o *Observer) ObserveContext(ctx context.Context, e redlock.Event) {
 		// caller's span for KeepAlive); Lease events may come from another
 		// goroutine, and spans are safe for that.
 		trace.SpanFromContext(ctx).AddEvent(lostEventName, trace.WithAttributes(semconv.ErrorTypeKey.String(errType)))
+		return
+	}
+	if e.Op == redlock.OpOutage {
+		// The attempts' own events count the nodes' outcomes.
+		trace.SpanFromContext(ctx).AddEvent(outageEventName, trace.WithAttributes(OutageOverKey.Bool(e.OK)))
 		return
 	}
 	o.granted.Record(ctx, int64(e.Granted), metric.WithAttributes(opAttr))

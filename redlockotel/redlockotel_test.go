@@ -199,6 +199,39 @@ func TestObserver_AcquireRetriesAreEventsOfOneSpan(t *testing.T) {
 	})
 }
 
+// An Acquire that waits an outage out and then takes the lock: its span
+// gets an outage event when the wait starts and one when it ends, between
+// its attempt events, and no metric is recorded for the outage itself (the
+// attempts count the nodes' outcomes).
+func TestObserver_OutageIsAnEventOfTheAcquireSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, 3, nil)
+		h.nodes[0].Slow(time.Hour) // no answer within the per-node timeout
+		h.nodes[1].Slow(time.Hour)
+		go func() {
+			time.Sleep(time.Second)
+			h.nodes[1].Slow(0)
+		}()
+		t0 := time.Now()
+		l, err := h.rl.Acquire(context.Background(), "job", 10*time.Second)
+		require.NoError(t, err)
+		spans := h.ended(t0)
+		require.Len(t, spans, 1)
+		var outage []string
+		for _, e := range spans[0].Events {
+			if strings.HasPrefix(e, "redlock.outage{") {
+				outage = append(outage, e)
+			}
+		}
+		assert.Equal(t, []string{"redlock.outage{redlock.outage.over=false}", "redlock.outage{redlock.outage.over=true}"}, outage)
+		assert.True(t, strings.HasPrefix(spans[0].Events[0], "redlock.attempt{"), "the first attempt comes first")
+		for k := range h.metrics(t) {
+			assert.NotContains(t, k, "outage", "metric %s", k)
+		}
+		require.NoError(t, l.Release(context.Background()))
+	})
+}
+
 func TestObserver_LostLeaseInDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, 3, []redlockotel.Option{redlockotel.WithKeyAttribute(redlockotel.KeyOff)})
