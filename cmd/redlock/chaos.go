@@ -418,7 +418,8 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 	fmt.Fprintf(&buf, "\n%s per scenario (up to %d for an expected-unsafe one).\n", plural(trials, "trial"), chaos.UnsafeTrialLimit)
 	buf.WriteString("-v adds trials, latency and why each verdict is expected; --json gives all.\n")
 	if len(results) > 0 {
-		fmt.Fprintf(&buf, "clocks: %s; fenced resource: %s\n", results[0].Clocks, results[0].FencedStore)
+		writeWrapped(&buf, "clocks: "+results[0].Clocks, "", "  ")
+		writeWrapped(&buf, "fenced resource: "+results[0].FencedStore, "", "  ")
 	}
 	fmt.Fprintf(&buf, "seed %d on %s\n%s\n", seed, plural(nodes, string(backend)+" node"), summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())

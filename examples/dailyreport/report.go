@@ -43,6 +43,10 @@ import (
 // does not, and returns an error when work outlasted it.
 const TTL = 15 * time.Second
 
+// Attempts is how many times BuildReport tries to take a report's lock
+// before it reports the report busy.
+const Attempts = 5
+
 // ErrResourceLocked means another owner holds the report's lock: the work did
 // not run. A worker that gets it moves on to the next report. The error also
 // wraps the library's *redlock.QuorumError, so errors.Is(err,
@@ -103,9 +107,12 @@ func (s *Store) Load(ctx context.Context, clientID string) (report []byte, token
 // nodes of locks, the way we recommend, and reports whether this call saved
 // it:
 //
-//   - One attempt: when another pod holds the lock it returns at once an
-//     error matching redlock.ErrTaken (and ErrResourceLocked), without
-//     building.
+//   - A few attempts (Attempts, with jittered delays up to 100 ms): pods
+//     that start at the same moment split a vote now and then, and on a
+//     key's first use the amnesia guard counts a grant only when every node
+//     agrees the key is new, so simultaneous first uses can all fail once.
+//     When another pod still holds the lock after them it returns an error
+//     matching redlock.ErrTaken (and ErrResourceLocked), without building.
 //   - Under the lock it asks store first: a report already there (another
 //     pod built it since this one looked) is not built again (false, nil).
 //   - build runs under locks.Do: the lock is extended every TTL/3 while it
@@ -122,7 +129,7 @@ func (s *Store) Load(ctx context.Context, clientID string) (report []byte, token
 // Other errors: redlock.ErrInvalidArgument (wrapped) for a nil ctx, locks,
 // store or build, or an empty clientID; the lock's other failures (too few
 // nodes: redlock.ErrNotAcquired without ErrTaken), build's error, the store's.
-// opts go to Do after the one-attempt retry policy (WithExtendInterval, say).
+// opts go to Do after the retry policy (WithExtendInterval, say).
 // locks is not closed.
 func BuildReport(ctx context.Context, locks *redlock.Client, store *Store, clientID string, build func(ctx context.Context) ([]byte, error), opts ...redlock.Option) (built bool, err error) {
 	switch {
@@ -158,7 +165,7 @@ func BuildReport(ctx context.Context, locks *redlock.Client, store *Store, clien
 		}
 		built = true
 		return nil
-	}, append([]redlock.Option{redlock.WithRetry(redlock.NoRetry())}, opts...)...)
+	}, append([]redlock.Option{redlock.WithRetry(redlock.ExponentialRetry(10*time.Millisecond, 100*time.Millisecond, Attempts))}, opts...)...)
 	switch {
 	case err == nil:
 		return built, nil
@@ -226,8 +233,11 @@ func perform(ctx context.Context, c *redlock.Client, clientID string, work func(
 	// Fencing is off: work has no way to receive a token (its signature is
 	// the users' func()), so a token would protect nothing, while it keeps
 	// a counter key per client on the node (for the retention). BuildReport
-	// is the version whose writes carry the token.
-	lock, err := c.TryAcquire(ctx, LockKey(clientID), TTL, redlock.WithFencing(false))
+	// is the version whose writes carry the token. The amnesia guard is off
+	// too: it keeps an epoch key per client on the node, and on one node a
+	// restart without data loses the lock whatever the client does (the
+	// simple version is as safe as the node's persistence).
+	lock, err := c.TryAcquire(ctx, LockKey(clientID), TTL, redlock.WithFencing(false), redlock.WithoutAmnesiaGuard())
 	if err != nil {
 		if errors.Is(err, redlock.ErrTaken) {
 			return fmt.Errorf("%w: report %q: %w", ErrResourceLocked, clientID, err)
