@@ -5,6 +5,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -529,8 +530,9 @@ func (rc releaseCount) decided() bool {
 // Extend makes the lock live at least ttl more on every node that still
 // holds it and returns a new Lock whose validity is ttl − elapsed − drift
 // from the start of the extension. It succeeds only if a majority applied it,
-// and never revives a lock whose validity has run out: then it returns
-// ErrNotHeld without a round trip. The fencing token is kept.
+// and never revives a lock whose Validity is no longer positive (run out,
+// released, or declared lost by its Lease): then it returns ErrNotHeld
+// without a round trip. The fencing token is kept.
 //
 // Extend never shortens a key's remaining TTL on a node: a ttl shorter than
 // what is left there leaves the key as it is, and the new Lock's validity is
@@ -576,6 +578,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
+	if l.state.ended.Load() {
+		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, errLockEnded)
+	}
 	if !start.Before(l.validUntil) {
 		cause := fmt.Errorf("validity ran out %v ago", start.Sub(l.validUntil).Round(time.Millisecond))
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
@@ -613,6 +618,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
 	return &next, t, nil
 }
+
+// errLockEnded is the cause of an Extend refused because the lock was
+// released, or declared lost by its Lease.
+var errLockEnded = errors.New("the lock was released or declared lost")
 
 // reput puts the key back, set only if absent, on the nodes that answered
 // "not held" to an extension a majority applied, with the time left of the
