@@ -2,7 +2,10 @@ package redlock_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/d3b93e30/redlock"
 )
@@ -56,4 +60,103 @@ func TestExtend_RefusesAReleasedLockWithoutARoundTrip(t *testing.T) {
 			})
 		})
 	}
+}
+
+// One Lock, Extend and Release called on it from many goroutines at once.
+// Property, over generated schedules on 3 nodes (how many of each call, how
+// long each node takes to run an extension and a delete, when the Releases
+// start): exactly one Release returns nil (it deleted the key: no fault
+// stops it) and the others ErrNotHeld; an Extend succeeds exactly when it
+// returned before the first Release began (the times are fake and never
+// equal); no handle of the lock reports validity afterwards; no node holds
+// the key once every call has ended.
+func TestLock_ConcurrentReleaseAndExtend(t *testing.T) {
+	setRapidChecks(t, 30) // each schedule starts a cluster; a broken lock fails the first few
+	rapid.Check(t, func(rt *rapid.T) {
+		rapid.SyncTest(rt, func(rt *rapid.T) {
+			ctx := context.Background()
+			c := newWarmCluster(rt, 3)
+			l, err := c.rl.TryAcquire(ctx, "job", ttl10s)
+			require.NoError(rt, err)
+			synctest.Wait()
+			delays := []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
+			for i, nd := range c.nodes {
+				ext := rapid.SampledFrom(delays).Draw(rt, fmt.Sprintf("node %d extend delay", i))
+				rel := rapid.SampledFrom(delays).Draw(rt, fmt.Sprintf("node %d release delay", i))
+				nd.mu.Lock()
+				nd.delay = func(cmd string, args []string) time.Duration {
+					switch {
+					case isScript("extend", cmd, args):
+						return ext
+					case isScript("release", cmd, args):
+						return rel
+					}
+					return 0
+				}
+				nd.mu.Unlock()
+			}
+			extends := rapid.IntRange(1, 25).Draw(rt, "extends")
+			releases := rapid.IntRange(1, 25).Draw(rt, "releases")
+			releaseAt := rapid.SampledFrom([]time.Duration{500 * time.Microsecond, 2500 * time.Microsecond, 7500 * time.Microsecond, 12500 * time.Microsecond}).Draw(rt, "releases start after")
+
+			start := time.Now()
+			type extended struct {
+				l   *redlock.Lock
+				err error
+				at  time.Duration
+			}
+			ext := make([]extended, extends)
+			rel := make([]error, releases)
+			var wg sync.WaitGroup
+			for i := range ext {
+				wg.Go(func() {
+					nl, err := l.Extend(ctx, ttl10s)
+					ext[i] = extended{nl, err, time.Since(start)}
+				})
+			}
+			for i := range rel {
+				wg.Go(func() {
+					time.Sleep(releaseAt)
+					rel[i] = l.Release(ctx)
+				})
+			}
+			wg.Wait()
+			synctest.Wait()
+
+			ok := 0
+			for i, err := range rel {
+				if err == nil {
+					ok++
+					continue
+				}
+				require.ErrorIs(rt, err, redlock.ErrNotHeld, "release %d", i)
+			}
+			require.Equal(rt, 1, ok, "Releases that returned nil")
+			for i, e := range ext {
+				if e.at < releaseAt {
+					require.NoError(rt, e.err, "extend %d returned at %v, before the first Release began", i, e.at)
+				} else {
+					require.ErrorIs(rt, e.err, redlock.ErrNotHeld, "extend %d returned at %v, after the first Release began at %v", i, e.at, releaseAt)
+				}
+				if e.l != nil {
+					require.LessOrEqual(rt, e.l.Validity(), time.Duration(0), "extend %d's handle of the released lock", i)
+				}
+			}
+			require.LessOrEqual(rt, l.Validity(), time.Duration(0))
+			time.Sleep(time.Second) // the deletes Release did not wait for
+			synctest.Wait()
+			for i, nd := range c.nodes {
+				require.False(rt, nd.Has("job"), "node %d still holds the key", i)
+			}
+		})
+	})
+}
+
+// setRapidChecks makes rapid.Check try n examples in this test (the flag
+// -rapid.checks, restored at the end).
+func setRapidChecks(t *testing.T, n int) {
+	checks := flag.Lookup("rapid.checks")
+	old := checks.Value.String()
+	require.NoError(t, checks.Value.Set(strconv.Itoa(n)))
+	t.Cleanup(func() { _ = checks.Value.Set(old) })
 }
