@@ -5,6 +5,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -73,6 +74,25 @@ type lockState struct {
 
 	mu    sync.Mutex
 	lease *Lease // the Lease keeping the lock alive; nil if none
+	// turn orders the lock's Release calls: one at a time, each holding
+	// its one token (made by the first Release). freed is set, by the
+	// turn's holder, once a Release returned nil.
+	turn  chan struct{}
+	freed bool
+}
+
+// releaseTurn waits for the lock's turn to release and returns the function
+// that hands it on.
+func (s *lockState) releaseTurn() (next func()) {
+	s.mu.Lock()
+	if s.turn == nil {
+		s.turn = make(chan struct{}, 1)
+		s.turn <- struct{}{}
+	}
+	turn := s.turn
+	s.mu.Unlock()
+	<-turn // a channel: testing/synctest sees the wait as durable
+	return func() { turn <- struct{}{} }
 }
 
 // noteTTL records a TTL the keys were set or extended with.
@@ -358,8 +378,10 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 //
 // Once Release is called the lock's Validity is zero or negative on every
 // handle, whatever the result. A Lease that keeps this lock alive is stopped
-// first. A nested (reentrant) handle's Release returns nil without a round
-// trip.
+// first. The Release calls on the handles of one lock run one at a time, and
+// once one has returned nil the later ones return a *QuorumError wrapping
+// ErrNotHeld without a round trip. A nested (reentrant) handle's Release
+// returns nil without a round trip.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
@@ -376,6 +398,12 @@ func (l *Lock) Release(ctx context.Context) error {
 
 func (l *Lock) release(ctx context.Context) (*tally, error) {
 	c := l.client
+	next := l.state.releaseTurn()
+	defer next()
+	if l.state.freed {
+		return nil, newQuorumError(OpRelease, l.key, c.quorum, nil, ErrNotHeld, errAlreadyReleased)
+	}
+	timeout := l.cfg.timeoutFor(l.ttl)
 	done, open := c.begin() // Close waits for the release from here
 	defer done()
 	if !open {
@@ -389,7 +417,6 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
 	}
 	call.forNodes(len(c.nodes))
-	timeout := l.cfg.timeoutFor(l.ttl)
 	// A delete may wait for its node's turn (nodequeue.go) until the keys
 	// would be gone anyway; its per-node timeout counts from its turn, so a
 	// busy client does not report healthy nodes as timed out.
@@ -408,6 +435,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
 		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
 	}
+	l.state.freed = true
 	return t, nil
 }
 
@@ -548,8 +576,10 @@ func (rc releaseCount) decided() bool {
 // Extend makes the lock live at least ttl more on every node that still
 // holds it and returns a new Lock whose validity is ttl − elapsed − drift
 // from the start of the extension. It succeeds only if a majority applied it,
-// and never revives a lock whose validity has run out: then it returns
-// ErrNotHeld without a round trip. The fencing token is kept.
+// and never revives a lock whose Validity is no longer positive (run out,
+// released, or declared lost by its Lease): then it returns ErrNotHeld
+// without a round trip, and so does an extension in flight when Release is
+// called. The fencing token is kept.
 //
 // Extend never shortens a key's remaining TTL on a node: a ttl shorter than
 // what is left there leaves the key as it is, and the new Lock's validity is
@@ -595,6 +625,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, nil, ErrClosed
 	}
 	start := time.Now()
+	if l.state.ended.Load() {
+		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, errLockEnded)
+	}
 	if validUntil := l.ValidUntil(); !start.Before(validUntil) {
 		cause := fmt.Errorf("validity ran out %v ago", start.Sub(validUntil).Round(time.Millisecond))
 		return nil, nil, newQuorumError(OpExtend, l.key, c.quorum, nil, ErrNotHeld, cause)
@@ -627,11 +660,23 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}
 	l.reput(ctx, t, start, ttl, timeout)
+	if l.state.ended.Load() {
+		// Released (or lost) while the extension was on its way: the
+		// release may have come after it on the nodes.
+		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, errLockEnded)
+	}
 	next := *l
 	next.ttl, next.acquiredAt, next.nodes = ttl, now, t.results
 	next.validUntil = start.Add(ttl - Drift(ttl, l.cfg.driftFactor))
 	return &next, t, nil
 }
+
+// errAlreadyReleased is the cause of a Release after one that succeeded.
+var errAlreadyReleased = errors.New("an earlier Release of the lock succeeded")
+
+// errLockEnded is the cause of an Extend refused because the lock was
+// released, or declared lost by its Lease.
+var errLockEnded = errors.New("the lock was released or declared lost")
 
 // reput puts the key back, set only if absent, on the nodes that answered
 // "not held" to an extension a majority applied, with the time left of the

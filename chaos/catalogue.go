@@ -25,6 +25,12 @@ const (
 	delayedTTL         = 600 * time.Millisecond
 	delayedReply       = 400 * time.Millisecond
 	delayedNodeTimeout = 500 * time.Millisecond
+	// late-extension: A's requests to a majority arrive a third of the TTL
+	// late, from right after A acquired. A extends when a tenth of the TTL
+	// is left, so the extension lands about 0.23 × TTL after the keys
+	// expired there: time for B to take them. The per-node timeout (half the
+	// TTL) still waits for it.
+	lateRequests = catalogueTTL / 3
 )
 
 // Catalogue returns every built-in scenario, in the order `redlock chaos`
@@ -39,7 +45,9 @@ func Catalogue() []Scenario {
 	}
 	// The whole Acquire API: several writes per hold, one extension per
 	// hold (longer and shorter TTLs alternate), and a buggy caller's
-	// extension of the handle it has just released, which must fail.
+	// extension of the handle it has just released, which must fail
+	// (without a round trip: the extend script's owner check is reached
+	// in late-extension).
 	everything := loop(4)
 	everything.Extend, everything.ExtendReleased = true, true
 	// Two clients: A (client 0) acquires once and works for its whole
@@ -84,6 +92,14 @@ func Catalogue() []Scenario {
 		HoldOf: map[int]time.Duration{0: delayedTTL}, WriteEvery: 10 * time.Millisecond, RetryMax: time.Millisecond,
 		AcquireTimeout: 3 * delayedTTL, StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}},
 	}
+	// A (client 0) works past its validity and extends when a tenth of the
+	// TTL is left; B starts once A holds, retries every millisecond, and
+	// holds for half a TTL, so that its key is there when A's extension
+	// lands. The per-node timeout leaves room for A's requests to arrive
+	// late (lateRequests) and the extension still to leave validity.
+	lateExtender := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueTTL / 2, MaxAcquires: 1,
+		HoldOf: map[int]time.Duration{0: 2 * catalogueTTL, 1: catalogueTTL / 2}, WriteEvery: 10 * time.Millisecond, RetryMax: time.Millisecond,
+		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, ExtendLate: catalogueTTL / 10}
 	// Long holds kept alive by Do (client 0) and KeepAlive (client 1).
 	long := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: 2 * catalogueNodeTimeout, Hold: 5 * catalogueTTL / 2,
 		WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond, AcquireTimeout: 10 * catalogueTTL,
@@ -182,6 +198,12 @@ func Catalogue() []Scenario {
 			Expect: Safe, Why: "A's validity counts from before its first request, so A is granted only TTL − delay − drift and stops before its keys expire; B takes the key when A releases it or it expires",
 			Workload: delayedHolder, Duration: 3 * delayedTTL, Availability: Available, Fixed: true, ElapsedSubtracted: true,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: DelayReplies, Amount: delayedReply}},
+		},
+		{
+			Name: "late-extension", Summary: fmt.Sprintf("A extends when %v of its validity is left, but its requests to a majority arrive %v late: its keys expire there and B, retrying every millisecond, takes the lock before the extension lands", lateExtender.ExtendLate, lateRequests),
+			Expect: Safe, Why: "the extension is owner-checked on every node: on the majority it finds B's key (or none) and fails, so A stops at its deadline",
+			Workload: lateExtender, Duration: 3 * catalogueTTL, Availability: Available,
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: DelayRequests, Amount: lateRequests}},
 		},
 		{
 			Name: "client-pause", Summary: fmt.Sprintf("the holder freezes for %v (a GC pause) after acquiring, then writes", 2*catalogueTTL),
@@ -283,7 +305,7 @@ func (s Scenario) Scaled(k float64) Scenario {
 	d := func(x time.Duration) time.Duration { return time.Duration(float64(x) * k) }
 	w := s.Workload
 	w.TTL, w.NodeTimeout, w.Hold, w.Gap, w.Stagger, w.AcquireTimeout = d(w.TTL), d(w.NodeTimeout), d(w.Hold), d(w.Gap), d(w.Stagger), d(w.AcquireTimeout)
-	w.WriteEvery, w.RetryMax = d(w.WriteEvery), d(w.RetryMax)
+	w.WriteEvery, w.RetryMax, w.ExtendLate = d(w.WriteEvery), d(w.RetryMax), d(w.ExtendLate)
 	// Whole milliseconds: Redis TTLs are set in ms.
 	w.TTL = w.TTL.Round(time.Millisecond)
 	if w.HoldOf != nil {

@@ -57,6 +57,12 @@ type Workload struct {
 	// handle it just released, as a buggy caller might. That must fail; if
 	// it succeeds the client believes it holds the lock again and writes.
 	ExtendReleased bool
+	// ExtendLate, when positive, makes an Acquire-mode holder extend its
+	// lock once, to TTL, when no more than ExtendLate of its validity is
+	// left, and go on only if that succeeded. With its requests delayed,
+	// the extension reaches the nodes after the keys expired there and a
+	// rival took them: the extend script's owner check must refuse it.
+	ExtendLate time.Duration
 	// DriftFactor is the clients' clock drift factor; 0 = the library's
 	// default (0.01).
 	DriftFactor float64
@@ -537,9 +543,17 @@ func (h *holder) holdLock(ctx context.Context, n int) bool {
 	// A careful holder writes only while it believes it holds the lock.
 	deadline := time.Now().Add(w.holdFor(h.i))
 	extended := !w.Extend || lease != nil
+	late := w.ExtendLate > 0 && lease == nil // an extension still to make at the end of the validity
 	for first := true; first || (time.Now().Before(deadline) && ctx.Err() == nil); first = false {
 		if !live() {
 			break
+		}
+		if late && time.Until(lock.ValidUntil()) <= w.ExtendLate {
+			late = false
+			lock = h.extend(ctx, hold, lock, w.TTL)
+			if !live() {
+				break
+			}
 		}
 		if !extended && time.Since(lock.AcquiredAt()) >= w.holdFor(h.i)/2 {
 			extended = true
@@ -547,18 +561,17 @@ func (h *holder) holdLock(ctx context.Context, n int) bool {
 			if n%2 == 0 {
 				ttl = (w.TTL / 2).Round(time.Millisecond)
 			}
-			if nl, err := lock.Extend(ctx, ttl); err == nil {
-				lock = nl
-				h.o.Extended(hold, nl.ValidUntil())
-			} else if !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
-				h.o.Note(time.Now(), fmt.Sprintf("client %d: extend: %v", h.i, err))
-			}
+			lock = h.extend(ctx, hold, lock, ttl)
 			if !live() {
 				break
 			}
 		}
 		h.write(hold, lock.Token())
-		sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
+		pause := min(w.writeEvery(), time.Until(deadline))
+		if late {
+			pause = min(pause, time.Until(lock.ValidUntil().Add(-w.ExtendLate)))
+		}
+		sleepCtx(ctx, pause)
 	}
 	h.o.Released(hold, time.Now())
 	var err2 error
@@ -574,6 +587,20 @@ func (h *holder) holdLock(ctx context.Context, n int) bool {
 		}
 	}
 	return true
+}
+
+// extend extends lock to ttl and returns the lock to go on with: the new
+// one (recorded with the oracle), or lock itself when the extension failed.
+func (h *holder) extend(ctx context.Context, hold oracle.HoldID, lock *redlock.Lock, ttl time.Duration) *redlock.Lock {
+	nl, err := lock.Extend(ctx, ttl)
+	if err != nil {
+		if !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
+			h.o.Note(time.Now(), fmt.Sprintf("client %d: extend: %v", h.i, err))
+		}
+		return lock
+	}
+	h.o.Extended(hold, nl.ValidUntil())
+	return nl
 }
 
 // extendReleased extends a handle that was just released (Release returned

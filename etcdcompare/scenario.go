@@ -245,6 +245,7 @@ func Catalogue() []Scenario {
 			Workload: holderAndRival, Duration: scriptedFor + etcdTTL, Availability: chaos.Available,
 			Faults: []Fault{{AfterFirst: true, Pick: PickHolder, Action: Isolate}},
 		},
+		{Name: "late-extension", Redlock: "late-extension", NotApplicable: "not applicable: it tests the owner check of Redlock's extend script; an etcd holder never extends its lock itself, its Session keeps the lease alive"},
 		{Name: "exec-asymmetric-partition", Redlock: "exec-asymmetric-partition", NotApplicable: "not applicable: it tests how redlock exec stops its job when the lock is lost, and etcd has no redlock exec; the lock itself is covered by holder-partitioned"},
 	}
 }
