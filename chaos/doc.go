@@ -70,7 +70,12 @@
 // the library failed: the fenced resource took a stale write, tokens went
 // backwards, a lock was handed out with no validity left; Notes say which).
 // Match and Mismatch compare the two; a scenario expected unsafe gets more
-// trials, up to UnsafeTrialLimit, to show it. Reports holds the oracle's
+// trials, up to UnsafeTrialLimit, to show it. UnsafeTrials and BrokenTrials
+// say in how many trials it failed, and RateUpper and RateLower bound the
+// rate of such trials at 95 % confidence (RateBounds): 0 in 300 trials puts
+// it below 1 %. A trial whose only failure is a liveness check (no lock
+// taken, on a machine too slow for the scenario's timeouts) is judged on
+// its safety alone (Result.LivenessMisses). Reports holds the oracle's
 // counts per trial, Histories the recorded timelines, which WriteSVG draws:
 // a lane per client with its holds and writes, a lane per node with its
 // faults, violations in red.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -114,7 +115,9 @@ type Scenario struct {
 	Workload Workload      `json:"-"`
 	Faults   []Fault       `json:"faults"`
 	Duration time.Duration `json:"duration"` // length of one trial
-	// Availability is checked per trial; a miss makes the verdict Broken.
+	// Availability is checked per trial: an acquisition where none may
+	// succeed makes the verdict Broken; no acquisition where some are
+	// expected is a liveness miss (see Result.LivenessMisses).
 	Availability Availability `json:"availability,omitempty"`
 	// MinNodes is the smallest cluster the scenario makes sense on.
 	MinNodes int `json:"min_nodes,omitempty"`
@@ -136,7 +139,8 @@ type Scenario struct {
 	// the verdict is Broken.
 	ElapsedSubtracted bool `json:"elapsed_subtracted,omitempty"`
 	// Extends requires at least one hold per trial to be extended (by
-	// Extend, KeepAlive or Do), else the verdict is Broken.
+	// Extend, KeepAlive or Do), else the trial misses a liveness check
+	// (see Result.LivenessMisses).
 	Extends bool `json:"extends,omitempty"`
 	// KeysReleased checks, after the trial, that no lock whose Release
 	// returned nil is still held on a majority of nodes, else the verdict
@@ -181,9 +185,38 @@ type Result struct {
 	TokenOrder   int           `json:"token_order_violations"`
 	P50          time.Duration `json:"p50_acquire_ns"`
 	P99          time.Duration `json:"p99_acquire_ns"`
-	Reports      []Report      `json:"trials_detail"`
-	Histories    []History     `json:"-"`
+	// UnsafeTrials and BrokenTrials count the trials judged unsafe and
+	// broken; the others were safe or idle.
+	UnsafeTrials int `json:"unsafe_trials"`
+	BrokenTrials int `json:"broken_trials"`
+	// LivenessMisses counts the trials (of Run, not RunMutant) whose only
+	// failure was a liveness check of the scenario: no lock taken where
+	// the scenario expects some (Available), or no hold extended where it
+	// expects one (Extends). Such a trial is judged on its safety alone;
+	// IdleTrials, those of them that took no lock, tested nothing and are
+	// left out of NotSafe and the bounds. If every trial missed, the
+	// verdict is Broken.
+	LivenessMisses int `json:"liveness_misses"`
+	IdleTrials     int `json:"idle_trials"`
+	// RateLower and RateUpper bound the rate of trials that are not safe
+	// (unsafe or broken), from NotSafe() of Exercised(): each is an exact
+	// one-sided bound at Confidence (RateBounds). For a scenario expected
+	// safe, RateUpper is what the run shows (0 in 300 trials: below
+	// 1 %); for one expected unsafe, RateLower is (how often, at least, the
+	// failure shows).
+	RateLower float64   `json:"not_safe_rate_lower95"`
+	RateUpper float64   `json:"not_safe_rate_upper95"`
+	Reports   []Report  `json:"trials_detail"`
+	Histories []History `json:"-"`
 }
+
+// NotSafe returns the number of trials that were not safe: unsafe or
+// broken.
+func (r Result) NotSafe() int { return r.UnsafeTrials + r.BrokenTrials }
+
+// Exercised returns the number of trials that count: those run, less the
+// idle ones (IdleTrials).
+func (r Result) Exercised() int { return r.Trials - r.IdleTrials }
 
 // Match reports whether the scenario ran and its observed verdict is the
 // expected one. A skipped scenario does not match (nor mismatch: see
@@ -221,6 +254,11 @@ func trialSeed(seed uint64, scenario string, trial int) uint64 {
 // the failure can happen, so one trial shows it; an expected-safe one must
 // be safe in every trial); else Safe. So the verdict never contradicts the
 // counts: Safe means no violation and no stale plain write in any trial.
+// The result also says how many trials were unsafe and broken, and bounds
+// the rate of such trials (Result.RateUpper, Result.RateLower). Each
+// trial's seed derives from seed, the scenario's name and the trial's
+// number, so one seed replays every trial of every scenario, whatever else
+// runs, in whatever order or process.
 func Run(ctx context.Context, cluster *Cluster, s Scenario, trials int, seed uint64, progress func(string)) (Result, error) {
 	return run(ctx, cluster, s, nil, trials, seed, progress)
 }
@@ -260,18 +298,25 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 	}
 	var latencies []time.Duration
 	verdicts := map[Verdict]int{}
+	var firstMiss string // the first liveness miss, for the notes
 	for trial := 0; trial < limit; trial++ {
 		if trial >= trials && verdicts[Unsafe]+verdicts[Broken] > 0 {
 			break
 		}
-		if err := cluster.HealAll(ctx); err != nil {
-			return res, fmt.Errorf("chaos: heal before %s trial %d: %w", s.Name, trial+1, err)
-		}
-		if err := cluster.FlushAll(ctx); err != nil {
-			return res, fmt.Errorf("chaos: flush before %s trial %d: %w", s.Name, trial+1, err)
-		}
 		tseed := trialSeed(seed, s.Name, trial)
-		tr, err := runTrial(ctx, cluster, s, m, tseed)
+		var tr trialResult
+		var err error
+		for attempt := 1; ; attempt++ {
+			if err := prepare(ctx, cluster); err != nil {
+				return res, fmt.Errorf("chaos: before %s trial %d: %w", s.Name, trial+1, err)
+			}
+			tr, err = runTrial(ctx, cluster, s, m, tseed)
+			if !errors.Is(err, errSetup) || attempt == setupAttempts || ctx.Err() != nil {
+				break
+			}
+			// The same trial again, with the same seed.
+			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: set-up failed, run again: %v", trial+1, err))
+		}
 		if errors.Is(err, errUnsupported) {
 			res.Skipped = err.Error()
 			return res, nil
@@ -282,15 +327,41 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		rep := tr.report
 		res.addTrial(rep, tr.history)
 		latencies = append(latencies, tr.latencies...)
-		v, notes := judge(s, rep, tr)
-		verdicts[v]++
+		v, notes, missed := judge(s, rep, tr)
+		if m == nil && len(notes) == 0 && len(missed) > 0 {
+			// Only a liveness check failed: judge the trial's safety
+			// alone, and leave a trial that took no lock out of the
+			// counts (it tested nothing). A mutant is caught by these
+			// checks, so RunMutant keeps them in the verdict.
+			res.LivenessMisses++
+			switch {
+			case rep.Acquisitions == 0:
+				res.IdleTrials++
+				v = ""
+			case rep.Violations > 0 || rep.StaleWritesPlain > 0:
+				v = Unsafe
+			default:
+				v = Safe
+			}
+			if firstMiss == "" {
+				firstMiss = fmt.Sprintf("trial %d: %s", trial+1, strings.Join(missed, "; "))
+			}
+			missed = nil
+		}
+		if v != "" {
+			verdicts[v]++
+		}
 		caught := m != nil && v != s.Expect
-		for _, note := range append(notes, tr.info...) {
+		for _, note := range append(append(notes, missed...), tr.info...) {
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
 		}
 		if progress != nil {
+			shown := string(v)
+			if v == "" {
+				shown = "no lock taken, not counted"
+			}
 			progress(fmt.Sprintf("%-26s trial %d/%d seed %d: %s (%s, %s, stale plain/fenced %d/%d)",
-				s.Name, trial+1, trials, tseed, v, count(rep.Acquisitions, "acquisition"), count(rep.Violations, "violation"),
+				s.Name, trial+1, trials, tseed, shown, count(rep.Acquisitions, "acquisition"), count(rep.Violations, "violation"),
 				rep.StaleWritesPlain, rep.StaleWritesFenced))
 		}
 		if caught {
@@ -300,21 +371,68 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 	switch {
 	case verdicts[Broken] > 0:
 		res.Observed = Broken
+	case res.LivenessMisses == res.Trials:
+		// Not one trial passed the scenario's liveness check.
+		res.Observed = Broken
 	case verdicts[Unsafe] > 0:
 		res.Observed = Unsafe
 	default:
 		res.Observed = Safe
 	}
+	if res.LivenessMisses > 0 {
+		res.Notes = append(res.Notes, firstMiss)
+		note := fmt.Sprintf("%d of %d trials failed the scenario's liveness check", res.LivenessMisses, res.Trials)
+		if res.LivenessMisses == res.Trials {
+			note += ": every trial did, so the verdict is broken"
+		} else {
+			note += ", a slow machine's usual failure (--time-scale stretches the timeouts); their safety counts"
+		}
+		if res.IdleTrials > 0 {
+			note += fmt.Sprintf("; left out of the counts, as they took no lock at all: %d", res.IdleTrials)
+		}
+		res.Notes = append(res.Notes, note)
+	}
 	if s.Expect == Unsafe {
 		switch {
 		case verdicts[Unsafe] == 0:
 			res.Notes = append(res.Notes, fmt.Sprintf("no violation in %d trials (the limit is %d)", res.Trials, limit))
-		case res.Trials > trials || verdicts[Unsafe] < res.Trials:
-			res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials", verdicts[Unsafe], res.Trials))
+		case res.Trials > trials || verdicts[Unsafe] < res.Exercised():
+			res.Notes = append(res.Notes, fmt.Sprintf("unsafe in %d of %d trials", verdicts[Unsafe], res.Exercised()))
 		}
 	}
+	res.UnsafeTrials, res.BrokenTrials = verdicts[Unsafe], verdicts[Broken]
+	res.RateLower, res.RateUpper = RateBounds(res.NotSafe(), res.Exercised())
 	res.P50, res.P99 = oracle.Percentile(latencies, 50), oracle.Percentile(latencies, 99)
 	return res, nil
+}
+
+// prepareAttempts is how many times prepare tries to heal and wipe the
+// cluster before it gives up: on a loaded machine a dial to a node can time
+// out, and one slow dial must not end a run of hundreds of trials.
+const prepareAttempts = 3
+
+// prepare heals every node and wipes its data, trying up to
+// prepareAttempts times, a second apart.
+func prepare(ctx context.Context, cluster *Cluster) error {
+	var err error
+	for attempt := range prepareAttempts {
+		if attempt > 0 {
+			sleepCtx(ctx, time.Second)
+			if ctx.Err() != nil {
+				return errors.Join(err, ctx.Err())
+			}
+		}
+		if err = cluster.HealAll(ctx); err != nil {
+			err = fmt.Errorf("heal: %w", err)
+			continue
+		}
+		if err = cluster.FlushAll(ctx); err != nil {
+			err = fmt.Errorf("flush: %w", err)
+			continue
+		}
+		return nil
+	}
+	return err
 }
 
 // addTrial adds one trial's report and history to r's totals.
@@ -356,9 +474,9 @@ func commonestFailure(rep Report) string {
 	return fmt.Sprintf(" (the commonest failure, %d of %d failed calls: %s)", n, all, reason)
 }
 
-// judge gives one trial's verdict and the reasons for a Broken one.
-func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
-	var notes []string
+// judge gives one trial's verdict and the reasons for a Broken one: the
+// broken promises (notes) and, apart, the failed liveness checks (missed).
+func judge(s Scenario, rep Report, tr trialResult) (v Verdict, notes, missed []string) {
 	if rep.StaleWritesFenced > 0 && !s.FencingBreaks {
 		notes = append(notes, fmt.Sprintf("%d stale writes accepted by the fenced resource", rep.StaleWritesFenced))
 	}
@@ -371,7 +489,7 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 	switch s.Availability {
 	case Available:
 		if rep.Acquisitions == 0 {
-			notes = append(notes, "no acquisition succeeded, but the scenario expects some"+commonestFailure(rep))
+			missed = append(missed, "no acquisition succeeded, but the scenario expects some"+commonestFailure(rep))
 		}
 	case Unavailable:
 		if rep.Acquisitions > 0 {
@@ -385,7 +503,7 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 		}
 	}
 	if s.Extends && rep.ExtendedHolds == 0 {
-		notes = append(notes, "no hold was ever extended, but the scenario holds the lock past its TTL")
+		missed = append(missed, "no hold was ever extended, but the scenario holds the lock past its TTL")
 	}
 	if s.NoneBefore > 0 {
 		for _, h := range tr.history.Holds {
@@ -401,13 +519,13 @@ func judge(s Scenario, rep Report, tr trialResult) (Verdict, []string) {
 	if len(tr.notes) > 0 {
 		notes = append(notes, tr.notes...)
 	}
-	if len(notes) > 0 {
-		return Broken, notes
+	switch {
+	case len(notes)+len(missed) > 0:
+		return Broken, notes, missed
+	case rep.Violations > 0 || rep.StaleWritesPlain > 0:
+		return Unsafe, nil, nil
 	}
-	if rep.Violations > 0 || rep.StaleWritesPlain > 0 {
-		return Unsafe, nil
-	}
-	return Safe, nil
+	return Safe, nil, nil
 }
 
 // validityCaps returns, for each client whose replies a fault delays from
@@ -454,6 +572,24 @@ func (ns NodeSet) majority(n int) bool {
 		return ns.Count >= n/2+1
 	}
 	return false
+}
+
+// errSetup marks a trial whose set-up (the clients' warm-up on the key,
+// the key's deletion) failed the way a loaded machine makes it fail: the
+// warm-up took no lock in its time, or a dial or call timed out. Run tries
+// the trial again, up to setupAttempts times in all, before it gives up.
+var errSetup = errors.New("set-up of the trial failed")
+
+// setupAttempts is how many times Run tries a trial whose set-up failed.
+const setupAttempts = 3
+
+// setupError marks err with errSetup when it is such a failure.
+func setupError(err error) error {
+	var netErr net.Error
+	if errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		return fmt.Errorf("%w: %w", errSetup, err)
+	}
+	return err
 }
 
 // errUnsupported marks a fault the backend cannot produce.
@@ -521,11 +657,11 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	defer closeProxies(proxies)
 	clients, err := s.Workload.connect(ctx, addrs, m)
 	if err != nil {
-		return trialResult{}, err
+		return trialResult{}, setupError(err)
 	}
 	defer closeClients(clients)
 	if err := cluster.deleteKey(ctx, s.Workload.key()); err != nil {
-		return trialResult{}, err
+		return trialResult{}, setupError(err)
 	}
 	res, err := cluster.trialResources(ctx)
 	if err != nil {

@@ -2,6 +2,10 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -81,6 +85,80 @@ func TestScenario_ClientPauseFencedRejectsStaleWrite(t *testing.T) {
 	assert.Zero(t, res.StaleFenced)
 	require.Len(t, res.Reports, 1)
 	assert.Equal(t, 1, res.Reports[0].RejectedWritesFenced)
+	assert.Equal(t, 1, res.UnsafeTrials)
+	assert.Equal(t, 1, res.NotSafe())
+	assert.InDelta(t, 0.05, res.RateLower, 1e-9, "1 unsafe trial in 1: the rate is at least 5 %")
+}
+
+// Run counts the trials of each verdict and bounds the rate of the trials
+// that were not safe: 0 in 10 safe trials bound it below 1 − 0.05^(1/10);
+// 10 broken trials in 10 (a lock taken where none may be) bound it above
+// 0.05^(1/10).
+func TestRun_CountsTrialsAndBoundsTheRate(t *testing.T) {
+	ctx := context.Background()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
+	s := Scenario{
+		Name: "quiet", Expect: Safe, Duration: 30 * time.Millisecond,
+		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
+	}
+	res, err := Run(ctx, cluster, s, 10, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 10, res.Trials)
+	assert.Equal(t, [3]int{0, 0, 0}, [3]int{res.UnsafeTrials, res.BrokenTrials, res.NotSafe()})
+	assert.Equal(t, Safe, res.Observed)
+	assert.Zero(t, res.RateLower)
+	assert.InDelta(t, 1-math.Pow(0.05, 0.1), res.RateUpper, 1e-9)
+
+	// One client alone on a healthy cluster takes the lock in 300 ms.
+	s.Availability, s.Duration = Unavailable, 300*time.Millisecond
+	res, err = Run(ctx, cluster, s, 10, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{0, 10, 10}, [3]int{res.UnsafeTrials, res.BrokenTrials, res.NotSafe()})
+	assert.Equal(t, Broken, res.Observed)
+	assert.InDelta(t, math.Pow(0.05, 0.1), res.RateLower, 1e-9)
+	assert.Equal(t, 1.0, res.RateUpper)
+}
+
+// A trial whose only failure is a liveness check is judged on its safety
+// alone; one that took no lock is left out of the counts; a scenario whose
+// every trial missed is broken. RunMutant keeps such a miss in the verdict:
+// it catches a mutant.
+func TestRun_LivenessMisses(t *testing.T) {
+	ctx := context.Background()
+	cluster := newTestCluster(t, ClusterOptions{Nodes: 3})
+	// Held locks, never extended: safe, but the liveness check fails.
+	s := Scenario{
+		Name: "unextended", Expect: Safe, Duration: 100 * time.Millisecond, Extends: true,
+		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
+	}
+	res, err := Run(ctx, cluster, s, 4, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.LivenessMisses)
+	assert.Zero(t, res.IdleTrials)
+	assert.Equal(t, 4, res.Exercised())
+	assert.Zero(t, res.NotSafe(), "their safety held")
+	assert.Equal(t, Broken, res.Observed, "no trial passed the liveness check")
+	assert.Contains(t, res.Notes, "4 of 4 trials failed the scenario's liveness check: every trial did, so the verdict is broken")
+
+	i := slices.IndexFunc(Mutants(), func(m Mutant) bool { return m.Name == "keepalive-never-extends" })
+	require.GreaterOrEqual(t, i, 0)
+	mres, err := RunMutant(ctx, cluster, s, Mutants()[i], 4, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, mres.Trials, "the first trial catches the mutant")
+	assert.Equal(t, 1, mres.BrokenTrials)
+	assert.Zero(t, mres.LivenessMisses)
+
+	// Every node killed: no lock, an idle trial.
+	s = Scenario{
+		Name: "idle", Expect: Safe, Duration: 50 * time.Millisecond, Availability: Available,
+		Faults:   []Fault{{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0, 1, 2}}, Action: Kill}},
+		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, NodeTimeout: 10 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
+	}
+	res, err = Run(ctx, cluster, s, 3, 1, nil)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{3, 3, 0}, [3]int{res.LivenessMisses, res.IdleTrials, res.Exercised()})
+	assert.Equal(t, Broken, res.Observed)
+	assert.Equal(t, [2]float64{0, 1}, [2]float64{res.RateLower, res.RateUpper}, "no trial counts: no information")
 }
 
 // The same seed gives the same schedule of faults: which nodes a random
@@ -321,11 +399,12 @@ func TestConnect_KeyWithoutHistoryIsAnError(t *testing.T) {
 // failed: the commonest reason, with its count.
 func TestJudge_NoAcquisitionNamesTheCommonestFailure(t *testing.T) {
 	s := Scenario{Name: "x", Expect: Safe, Availability: Available}
-	v, notes := judge(s, Report{FailureReasons: map[string]int{"timed out": 1, "quarantined": 3}}, trialResult{})
+	v, notes, missed := judge(s, Report{FailureReasons: map[string]int{"timed out": 1, "quarantined": 3}}, trialResult{})
 	assert.Equal(t, Broken, v)
-	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (the commonest failure, 3 of 4 failed calls: quarantined)"}, notes)
-	_, notes = judge(s, Report{}, trialResult{})
-	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (no call failed before the trial ended; calls the end cut short are not counted)"}, notes)
+	assert.Empty(t, notes, "a liveness miss, not a broken promise")
+	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (the commonest failure, 3 of 4 failed calls: quarantined)"}, missed)
+	_, _, missed = judge(s, Report{}, trialResult{})
+	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (no call failed before the trial ended; calls the end cut short are not counted)"}, missed)
 }
 
 // With the amnesia guard on, connect returns only once every node vouched
@@ -351,3 +430,26 @@ func TestConnect_GuardedKeyTrustedOnEveryNode(t *testing.T) {
 		assert.True(t, st.Trusted, "node %d: %+v", i, st)
 	}
 }
+
+// A set-up that failed the way a loaded machine makes it fail (the warm-up
+// took no lock in time, a call timed out) is tried again; any other error
+// ends the run.
+func TestSetupError_OnlyLoadFailuresAreRetried(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("chaos: the workload's key has no history on the nodes: %w", redlock.ErrNotAcquired),
+		fmt.Errorf("delete: %w", context.DeadlineExceeded),
+		&net.OpError{Op: "dial", Net: "tcp", Err: timeoutError{}},
+	} {
+		assert.ErrorIs(t, setupError(err), errSetup, "%v", err)
+		assert.ErrorIs(t, setupError(err), err, "the cause is kept")
+	}
+	for _, err := range []error{redlock.ErrInvalidArgument, errors.New("porcupine disagrees"), &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("refused")}} {
+		assert.NotErrorIs(t, setupError(err), errSetup, "%v", err)
+	}
+}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }

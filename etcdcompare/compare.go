@@ -3,6 +3,7 @@ package etcdcompare
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,42 +25,40 @@ type Row struct {
 // (mismatches flagged), violations, stale writes accepted by the plain and
 // the fenced resource, and the median acquire latency.
 func WriteTable(w io.Writer, rows []Row, markdown bool) error {
-	header := []string{"scenario", "trials", "Redlock verdict", "acq.", "viol.", "stale plain/fenced", "p50",
-		"etcd expected (unfenced/fenced)", "etcd verdict (unfenced)", "etcd fenced", "acq.", "viol.", "stale plain/fenced", "p50"}
+	header := append([]string(nil), tableHeader...)
 	lines := [][]string{header}
 	for _, r := range rows {
 		line := make([]string, len(header))
-		line[0] = r.Scenario
+		line[colScenario] = r.Scenario
 		trials := 0
 		if rl := r.Redlock; rl == nil {
-			line[2] = "no equivalent"
+			line[colRedlock] = "no equivalent"
 		} else if rl.Skipped != "" {
-			line[2] = "skipped"
+			line[colRedlock] = "skipped"
 		} else {
 			trials = rl.Trials
-			line[2] = verdictText(rl.Expect, rl.Observed)
-			line[3] = fmt.Sprint(rl.Acquisitions)
-			line[4] = fmt.Sprint(rl.Violations)
-			line[5] = fmt.Sprintf("%d/%d", rl.StalePlain, rl.StaleFenced)
-			line[6] = fmtLatency(rl.P50)
+			line[colRedlock] = verdictText(rl.Expect, rl.Observed)
+			line[colRedlock+1] = notSafeCell(rl.NotSafe(), rl.Exercised(), rl.Expect)
+			line[colRedlock+2] = fmt.Sprint(rl.Acquisitions)
+			line[colRedlock+3] = fmt.Sprint(rl.Violations)
+			line[colRedlock+4] = fmt.Sprintf("%d/%d", rl.StalePlain, rl.StaleFenced)
+			line[colRedlock+5] = fmtLatency(rl.P50)
 		}
 		if e := r.Etcd; e.Skipped != "" {
-			line[7] = "not applicable"
+			line[colEtcdExpected] = "not applicable"
 		} else {
 			trials = max(trials, e.Trials)
-			line[7] = fmt.Sprintf("%s/%s", e.Expect, e.ExpectFenced)
-			line[8] = verdictText(e.Expect, e.Observed)
-			if e.UnsafeTrials > 0 && e.UnsafeTrials < e.Trials {
-				line[8] += fmt.Sprintf(" (%d of %d trials)", e.UnsafeTrials, e.Trials)
-			}
-			line[9] = verdictText(e.ExpectFenced, e.ObservedFenced)
-			line[10] = fmt.Sprint(e.Acquisitions)
-			line[11] = fmt.Sprint(e.Violations)
-			line[12] = fmt.Sprintf("%d/%d", e.StalePlain, e.StaleFenced)
-			line[13] = fmtLatency(e.P50)
+			line[colEtcdExpected] = fmt.Sprintf("%s/%s", e.Expect, e.ExpectFenced)
+			line[colEtcd] = verdictText(e.Expect, e.Observed)
+			line[colEtcd+1] = notSafeCell(e.UnsafeTrials, e.Trials, e.Expect)
+			line[colEtcdFenced] = verdictText(e.ExpectFenced, e.ObservedFenced)
+			line[colEtcdFenced+1] = fmt.Sprint(e.Acquisitions)
+			line[colEtcdFenced+2] = fmt.Sprint(e.Violations)
+			line[colEtcdFenced+3] = fmt.Sprintf("%d/%d", e.StalePlain, e.StaleFenced)
+			line[colEtcdFenced+4] = fmtLatency(e.P50)
 		}
 		if trials > 0 {
-			line[1] = fmt.Sprint(trials)
+			line[colTrials] = fmt.Sprint(trials)
 		}
 		for i := range line {
 			if line[i] == "" {
@@ -89,6 +88,34 @@ func WriteTable(w io.Writer, rows []Row, markdown bool) error {
 		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
 	}
 	return tw.Flush()
+}
+
+// The table's columns, and the positions DocRows reads back.
+var tableHeader = []string{"scenario", "trials", "Redlock verdict", "Redlock not safe", "acq.", "viol.", "stale plain/fenced", "p50",
+	"etcd expected (unfenced/fenced)", "etcd verdict (unfenced)", "etcd unsafe", "etcd fenced", "acq.", "viol.", "stale plain/fenced", "p50"}
+
+const (
+	colScenario     = 0
+	colTrials       = 1
+	colRedlock      = 2
+	colEtcdExpected = 8
+	colEtcd         = 9
+	colEtcdFenced   = 11
+)
+
+// notSafeCell says in how many of n trials k were not safe, with the bound
+// on that rate at 95 % confidence that the run shows (chaos.RateBounds): the
+// upper one ("0 of 10, ≤26%") unless the scenario is expected unsafe, then
+// the lower one.
+func notSafeCell(k, n int, expect chaos.Verdict) string {
+	if n == 0 {
+		return "0 of 0"
+	}
+	lower, upper := chaos.RateBounds(k, n)
+	if expect == chaos.Unsafe {
+		return fmt.Sprintf("%d of %d, ≥%.0f%%", k, n, math.Floor(100*lower))
+	}
+	return fmt.Sprintf("%d of %d, ≤%.0f%%", k, n, math.Ceil(100*upper))
 }
 
 // verdictText says "safe", or "safe (expected unsafe) << MISMATCH".

@@ -44,6 +44,13 @@ const (
 	// the member is isolated and its clients' traffic is held (buffered),
 	// then everything queued is delivered.
 	Freeze Action = "freeze"
+	// Cut is a network partition that heals: for Amount the member is cut
+	// off from its peers and from its clients, then it rejoins. Its
+	// clients' traffic is held, not lost, and delivered when the cut ends,
+	// as TCP retransmits what a short partition dropped (losing bytes would
+	// break the gRPC streams, which real partitions do not do). The
+	// mechanics are Freeze's; the label says which fault it stands for.
+	Cut Action = "cut"
 )
 
 // Pick says which members a fault hits.
@@ -111,6 +118,10 @@ type Scenario struct {
 	Faults        []Fault            // the fault schedule
 	Duration      time.Duration      // length of one trial
 	Availability  chaos.Availability // checked per trial; a miss makes the verdict Broken
+	// NoneBefore: no acquisition may succeed before this offset from the
+	// trial's start (while a majority is cut off), else the verdict is
+	// Broken.
+	NoneBefore time.Duration
 	// Redlock names the chaos catalogue scenario this one mirrors ("" for
 	// an etcd-only scenario).
 	Redlock string
@@ -156,10 +167,19 @@ func Catalogue() []Scenario {
 	// Attempts give up within the trial, so that failures are seen.
 	unavailable := loop(3)
 	unavailable.AcquireTimeout = etcdTTL / 2
-	const clockNA = "not measured: etcd times leases on the leader's monotonic clock " +
-		"(Go's time.Now reading), so wall-clock steps do not move them, and an in-process " +
-		"member's clock rate cannot be changed; like Redlock, etcd still assumes the " +
-		"leader's clock runs at about the right rate"
+	// A wall-clock step is not etcd's failure mode: a lease's expiry is
+	// time.Now().Add(TTL) and its remaining time time.Until(expiry)
+	// (server/v3/lease/lease.go), which Go computes on the monotonic clock,
+	// and only the leader's lessor expires leases (lessor.go: isPrimary,
+	// revokeExpiredLeases), refreshing them all when it takes over
+	// (Promote). Nor could a preloaded clock library step it: Go's runtime
+	// reads the clock through the vDSO, not libc.
+	const clockNA = "not applicable: a wall-clock step is not etcd's failure mode. A lease expires on the leader's " +
+		"monotonic clock (etcd's lease.go: expiry = time.Now().Add(TTL), remaining = time.Until(expiry), both " +
+		"monotonic in Go; lessor.go: only the leader expires leases, and refreshes them all when it takes over), " +
+		"and a preloaded clock library cannot reach a Go binary, whose runtime reads the clock through the vDSO. " +
+		"Like Redlock's nodes, the leader must still measure time at about the right rate: a leader clock running " +
+		"fast would expire leases early, which no in-process member can be made to do, so it is not measured"
 	const amnesiaNA = "not applicable: a member restarted without its data cannot rejoin as itself " +
 		"(raft panics: its log is behind what the leader knows it committed); the supported " +
 		"path (member remove, wipe, member add) makes it a new member that catches up from " +
@@ -236,7 +256,12 @@ func Catalogue() []Scenario {
 		{Name: "clock-fast", Redlock: "clock-fast", NotApplicable: clockNA},
 		{Name: "clock-drift-in-budget", Redlock: "clock-drift-in-budget", NotApplicable: clockNA},
 		{Name: "long-holds", Redlock: "long-holds", NotApplicable: "not applicable: an etcd Session keeps its lease alive by itself in every scenario here; Do and KeepAlive are Redlock's way to do the same"},
-		{Name: "majority-partition", Redlock: "majority-partition", NotApplicable: "not measured yet: a majority out of reach is majority-killed; healing the cut mid-run is not mapped to etcd members"},
+		{
+			Name: "majority-partition", Redlock: "majority-partition", Summary: "a random majority of members (two of three) is cut off from its peers and its clients for the first third of the run, then the cut heals",
+			Expect: chaos.Safe, ExpectFenced: chaos.Safe, Why: "no member hears a majority, so nothing commits and no lock is granted while the cut lasts (any acquisition before it heals is a failure); after it, a leader is elected and locks are granted again",
+			Workload: loop(3), Duration: 3 * etcdTrial, Availability: chaos.Available, NoneBefore: etcdTrial,
+			Faults: []Fault{{Pick: PickRandomMajority, Action: Cut, Amount: etcdTrial}},
+		},
 		{Name: "asymmetric-partition", Redlock: "asymmetric-partition", NotApplicable: "not applicable as such: an etcd client talks to one member, so one client losing a majority of the nodes is holder-partitioned below"},
 		{
 			Name: "holder-partitioned", Summary: "right after the holder acquired, its member is cut off from its peers; the holder writes every 50 ms while it believes it holds the lock",
@@ -352,7 +377,7 @@ func Run(ctx context.Context, s Scenario, trials int, seed uint64, progress func
 		if rep.StaleWritesFenced > 0 {
 			fencedOK = false
 		}
-		v, notes := judge(s, rep)
+		v, notes := judge(s, rep, tr.history)
 		verdicts[v]++
 		for _, n := range notes {
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, n))
@@ -389,7 +414,7 @@ func Run(ctx context.Context, s Scenario, trials int, seed uint64, progress func
 // check failed, else Unsafe on an overlap or an accepted stale plain write,
 // else Safe. Fenced stale writes and token order are noted; Run turns them
 // into ObservedFenced.
-func judge(s Scenario, rep chaos.Report) (chaos.Verdict, []string) {
+func judge(s Scenario, rep chaos.Report, hist chaos.History) (chaos.Verdict, []string) {
 	var notes []string
 	broken := false
 	switch {
@@ -397,6 +422,13 @@ func judge(s Scenario, rep chaos.Report) (chaos.Verdict, []string) {
 		notes, broken = append(notes, "no acquisition succeeded, but the scenario expects some"), true
 	case s.Availability == chaos.Unavailable && rep.Acquisitions > 0:
 		notes, broken = append(notes, fmt.Sprintf("%d acquisitions succeeded, but none may", rep.Acquisitions)), true
+	}
+	for _, h := range hist.Holds {
+		if s.NoneBefore > 0 && h.Acquired < s.NoneBefore {
+			notes = append(notes, fmt.Sprintf("a lock was acquired at %v, before the majority was reachable (%v)", h.Acquired.Round(time.Millisecond), s.NoneBefore))
+			broken = true
+			break
+		}
 	}
 	if rep.StaleWritesFenced > 0 {
 		notes = append(notes, fmt.Sprintf("%d stale writes accepted by the fenced resource", rep.StaleWritesFenced))
@@ -640,13 +672,17 @@ func (inj *injector) apply(ctx context.Context, f Fault) {
 				p.DelayReplies(f.Amount)
 			}
 			label = "replies +" + f.Amount.String()
-		case Freeze:
+		case Freeze, Cut:
 			_ = inj.env.cluster.Isolate(m)
 			ps := inj.env.proxiesOf(m)
 			for _, p := range ps {
 				p.Hold(true)
 			}
-			inj.oracle.Fault(m, "frozen", now, now.Add(f.Amount))
+			label = "frozen"
+			if f.Action == Cut {
+				label = "partitioned"
+			}
+			inj.oracle.Fault(m, label, now, now.Add(f.Amount))
 			inj.schedule(ctx, f.Amount, func() {
 				_ = inj.env.cluster.Rejoin(m)
 				for _, p := range ps {

@@ -3,8 +3,10 @@ package etcdcompare
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/d3b93e30/redlock/chaos"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // TestCatalogueMapsEveryChaosScenario: each scenario of the chaos catalogue
@@ -108,5 +110,48 @@ func TestNotApplicableIsSkipped(t *testing.T) {
 	r, err := Run(context.Background(), s, 3, 1, nil)
 	if err != nil || r.Skipped == "" || !r.Match() || len(r.Histories) != 0 {
 		t.Fatalf("clock-jump on etcd: %+v, %v; want skipped with the reason", r, err)
+	}
+}
+
+// TestMajorityPartitionOnEtcd: while a majority of members is cut off no
+// lock is granted (every acquisition comes after the cut healed), calls
+// fail meanwhile, and locks are granted again after it.
+func TestMajorityPartitionOnEtcd(t *testing.T) {
+	checkLeaks(t)
+	r := runScenario(t, "majority-partition", 1)
+	s, _ := Find("majority-partition")
+	if r.Observed != chaos.Safe || !r.Match() || r.Acquisitions == 0 {
+		t.Fatalf("majority-partition: observed %s, %d acquisitions; want safe with locks after the heal", r.Observed, r.Acquisitions)
+	}
+	if r.Failed == 0 {
+		t.Errorf("no call failed while the majority was cut off: the cut did not hold")
+	}
+	for _, h := range r.Histories[0].Holds {
+		if h.Acquired < s.NoneBefore {
+			t.Errorf("a lock acquired at %v, before the cut healed at %v", h.Acquired, s.NoneBefore)
+		}
+	}
+	cut := 0
+	for _, f := range r.Histories[0].Faults {
+		if f.What == "partitioned" {
+			cut++
+		}
+	}
+	if cut != 2 {
+		t.Errorf("%d members partitioned, want 2 of 3: %+v", cut, r.Histories[0].Faults)
+	}
+}
+
+// A lock acquired while the majority is still cut off (before NoneBefore)
+// makes the trial broken; one acquired after it does not.
+func TestJudge_NoneBefore(t *testing.T) {
+	s, _ := Find("majority-partition")
+	early := chaos.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore - time.Millisecond}}}
+	late := chaos.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore + time.Millisecond}}}
+	if v, notes := judge(s, chaos.Report{Acquisitions: 1}, early); v != chaos.Broken || len(notes) == 0 {
+		t.Errorf("a lock before the heal: %s %v, want broken with the reason", v, notes)
+	}
+	if v, notes := judge(s, chaos.Report{Acquisitions: 1}, late); v != chaos.Safe {
+		t.Errorf("a lock after the heal: %s %v, want safe", v, notes)
 	}
 }

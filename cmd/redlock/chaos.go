@@ -2,16 +2,20 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -39,12 +43,14 @@ const exitMismatch = 1
 const chaosHelp = `Usage: redlock chaos [flags]
 
 Runs failure-mode scenarios against a Redlock cluster and prints, for each,
-how many locks were taken, how many times two holders overlapped, how many
-stale writes a plain and a fenced resource accepted, whether fencing tokens
-rose in the order the holders held the lock, and the expected and observed
-verdicts, with a legend; the output fits 80 columns. -v adds each trial's
-progress, the trials, the backend and the acquire latency, and each
-scenario's reason; --json and --svg give every detail.
+how many locks were taken, in how many trials it was not safe and what that
+bounds the rate of such trials to at 95 % confidence (0 in 300 trials: at
+most 1.0 %), how many stale writes a plain and a fenced resource accepted,
+and the expected and observed verdicts, with a legend; the output fits 80
+columns. -v adds each trial's progress, the overlaps, whether fencing tokens
+rose in holder order, the acquire latency and each scenario's reason;
+--json and --svg give every detail; --doc rewrites a verdict table in a
+Markdown page.
 Exits 1 if any observed verdict differs from the expected one, or if every
 scenario was skipped.
 
@@ -62,6 +68,7 @@ Examples:
   redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
   redlock chaos --backend redis-server --fenced redis --scenario clock-back-amnesia
+  redlock chaos --trials 300 --parallel 6 --time-scale 2 --doc docs/safety.md
 
 Flags:
 `
@@ -83,7 +90,14 @@ type chaosFlags struct {
 	timeScale   float64
 	clocks      string
 	fenced      string
+	parallel    int
+	doc         string
+	args        []string // as given, for the command line --doc records
 }
+
+// maxParallel is the largest --parallel: one cluster per scenario of the
+// catalogue is already more than a 2-core machine can keep on time.
+const maxParallel = 32
 
 // maxTimeScale is the largest --time-scale: a 100 times slower machine is
 // not one the harness can say anything about.
@@ -127,6 +141,8 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
 	fs.StringVar(&f.clocks, "clocks", "auto", "how redis-server nodes' clocks move: real (a preloaded clock shim built with the C compiler moves each server's own clock), emulated (TTLs are shortened), or auto (real where a C compiler is found)")
 	fs.StringVar(&f.fenced, "fenced", "guard", "the fenced resource: guard (fencing.Guard in this process) or redis (fencing.SetIfNewer on a redis-server of its own)")
+	fs.IntVar(&f.parallel, "parallel", 1, "run up to this many scenarios at once, each on a cluster of its own (the trials of one scenario stay in order; the seeds do not depend on it)")
+	fs.StringVar(&f.doc, "doc", "", "after the run, rewrite the verdict table between <!-- verdicts:begin BACKEND --> and <!-- verdicts:end BACKEND --> in this Markdown file")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, from 1 to 100, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -144,6 +160,13 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	if f.trials < 1 {
 		return f, fmt.Errorf("--trials %d: need at least 1 trial", f.trials)
 	}
+	if f.parallel < 1 || f.parallel > maxParallel {
+		return f, fmt.Errorf("--parallel %d: need from 1 to %d clusters", f.parallel, maxParallel)
+	}
+	if f.doc != "" && f.mutants {
+		return f, errors.New("--doc writes the scenario table; it does not go with --mutants")
+	}
+	f.args = args
 	// Above maxTimeScale the stretched TTLs pass the retention (24 h) and
 	// the durations overflow time.Duration: every trial would then fail,
 	// reported as a verdict mismatch rather than as the bad flag it is.
@@ -196,11 +219,20 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		f.seed = uint64(time.Now().UnixNano())
 	}
 	backend, _ := chaos.ParseBackend(f.backend)
+	if f.doc != "" {
+		if _, _, err := readVerdictDoc(f.doc, backend); err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: --doc: %v\n", err)
+			return exitUsage
+		}
+	}
 	// Killed and partitioned nodes are the point here: go-redis's own
 	// "failed to dial" lines would bury the progress.
 	redis.SetLogger(quietLogger{})
+	var progressMu sync.Mutex // scenarios run in parallel report at once
 	progress := func(line string) {
 		if !f.quiet {
+			progressMu.Lock()
+			defer progressMu.Unlock()
 			// A line's leading spaces indent it; its continuation lines
 			// go 4 further.
 			lead := line[:len(line)-len(strings.TrimLeft(line, " "))]
@@ -227,14 +259,30 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer store.Close()
 		opt.Fenced = store
 	}
-	cluster, err := chaos.NewCluster(ctx, opt)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
-		return exitMismatch
+	start, loadStart := time.Now(), loadAverage()
+	n := min(f.parallel, len(scenarios))
+	if f.mutants || opt.Fenced != nil {
+		n = 1 // one fenced store, one cluster
 	}
-	defer cluster.Close()
-	progress("clocks: " + cluster.Clocks())
-	progress("fenced resource: " + cluster.FencedStore().Name())
+	if n > 1 {
+		progress(fmt.Sprintf("redlock chaos: %d scenarios at a time, each cluster of its own", n))
+	}
+	var clusters []*chaos.Cluster
+	defer func() {
+		for _, c := range clusters {
+			c.Close()
+		}
+	}()
+	for range n {
+		cluster, err := chaos.NewCluster(ctx, opt)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return exitMismatch
+		}
+		clusters = append(clusters, cluster)
+	}
+	progress("clocks: " + clusters[0].Clocks())
+	progress("fenced resource: " + clusters[0].FencedStore().Name())
 
 	if f.svgDir != "" {
 		if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
@@ -244,14 +292,23 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	if f.mutants {
-		return runMutants(ctx, cluster, f, stdout, stderr, progress)
+		return runMutants(ctx, clusters[0], f, stdout, stderr, progress)
 	}
 
-	results, ok := runScenarios(ctx, cluster, scenarios, f, stderr, progress)
+	results, ok := runScenarios(ctx, clusters, scenarios, f, stderr, progress)
 	if !ok {
 		return exitMismatch
 	}
-	return reportChaos(results, f, backend, stdout, stderr)
+	code := reportChaos(results, f, backend, stdout, stderr)
+	if f.doc != "" {
+		run := runFacts{took: time.Since(start), loadStart: loadStart, loadEnd: loadAverage(), code: code}
+		if err := updateVerdictDoc(f.doc, results, f, backend, run); err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: --doc: %v\n", err)
+			return exitMismatch
+		}
+		progress("redlock chaos: rewrote the " + string(backend) + " verdict table in " + f.doc)
+	}
+	return code
 }
 
 // pickScenarios returns the catalogue's scenarios of these names (checked
@@ -265,41 +322,91 @@ func pickScenarios(names []string) []chaos.Scenario {
 	return picked
 }
 
-// runScenarios runs each scenario on cluster, reporting progress and
-// writing the timelines f asks for. It returns false, having said why on
-// stderr, when the harness fails or ctx ends.
-func runScenarios(ctx context.Context, cluster *chaos.Cluster, scenarios []chaos.Scenario, f chaosFlags, stderr io.Writer, progress func(string)) ([]chaos.Result, bool) {
-	backend := cluster.Backend()
+// runScenarios runs the scenarios, each on one of clusters (as many at
+// once as there are clusters), reporting progress and writing the
+// timelines f asks for. It returns the results in the order of scenarios,
+// or false, having said why on stderr, when the harness fails or ctx ends.
+func runScenarios(ctx context.Context, clusters []*chaos.Cluster, scenarios []chaos.Scenario, f chaosFlags, stderr io.Writer, progress func(string)) ([]chaos.Result, bool) {
+	backend := clusters[0].Backend()
 	start := time.Now()
-	var results []chaos.Result
-	for i, s := range scenarios {
-		progress(fmt.Sprintf("[%d/%d] %s: %s", i+1, len(scenarios), s.Name, s.Summary))
-		var trialProgress func(string)
-		if f.verbose {
-			trialProgress = func(line string) { progress("        " + line) }
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make([]chaos.Result, len(scenarios))
+	var (
+		mu     sync.Mutex
+		failed bool
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed { // one reason, not one per cluster
+			failed = true
+			fmt.Fprintf(stderr, "redlock chaos: "+format+"\n", args...)
 		}
-		res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, trialProgress)
-		if err != nil {
-			fmt.Fprintf(stderr, "redlock chaos: %s: %v\n", s.Name, err)
-			return nil, false
-		}
-		if res.Skipped != "" {
-			progress(fmt.Sprintf("        skipped on %s: %s", backend, res.Skipped))
-		}
-		for _, n := range res.Notes {
-			progress("        note: " + n)
-		}
-		results = append(results, res)
-		if f.svgDir != "" && len(res.Histories) > 0 {
-			if err := writeTimeline(f.svgDir, s, res, backend); err != nil {
-				fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
-				return nil, false
+		cancel()
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for _, cluster := range clusters {
+		wg.Go(func() {
+			for i := range next {
+				s := scenarios[i]
+				progress(fmt.Sprintf("[%d/%d] %s: %s", i+1, len(scenarios), s.Name, s.Summary))
+				var trialProgress func(string)
+				if f.verbose {
+					trialProgress = func(line string) { progress("        " + line) }
+				}
+				res, err := chaos.Run(ctx, cluster, s, f.trials, f.seed, trialProgress)
+				if ctx.Err() != nil {
+					continue // interrupted, or another scenario failed
+				}
+				if err != nil {
+					fail("%s: %v", s.Name, err)
+					continue
+				}
+				if res.Skipped != "" {
+					progress(fmt.Sprintf("        %s skipped on %s: %s", s.Name, backend, res.Skipped))
+				}
+				for _, n := range res.Notes {
+					progress("        " + s.Name + " note: " + n)
+				}
+				if f.svgDir != "" && len(res.Histories) > 0 {
+					if err := writeTimeline(f.svgDir, s, res, backend); err != nil {
+						fail("%v", err)
+					}
+				}
+				res.Histories = nil // drawn: a long run need not keep them
+				results[i] = res
 			}
+		})
+	}
+	// The longest trials first, so that no cluster is left with a long
+	// scenario at the end while the others idle; results stay in order.
+	order := make([]int, len(scenarios))
+	for i := range order {
+		order[i] = i
+	}
+	if len(clusters) > 1 {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scenarios[b].Duration, scenarios[a].Duration) })
+	}
+feed:
+	for _, i := range order {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
 		}
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "redlock chaos: interrupted")
-			return nil, false
-		}
+	}
+	close(next)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if failed {
+		return nil, false
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "redlock chaos: interrupted")
+		return nil, false
 	}
 	progress(fmt.Sprintf("redlock chaos: done in %v", time.Since(start).Round(time.Millisecond)))
 	return results, true
@@ -380,7 +487,7 @@ const termWidth = 80
 func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes int, backend chaos.Backend) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tLOCKS\tOVERLAPS\tSTALE P/F\tTOKENS\tEXPECT\tOBSERVED")
+	fmt.Fprintln(tw, "SCENARIO\tLOCKS\tNOT SAFE\tRATE\tSTALE P/F\tEXPECT\tOBSERVED")
 	mismatch := false
 	for _, r := range results {
 		if r.Skipped != "" {
@@ -392,8 +499,8 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 			observed += " !"
 			mismatch = true
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\n", r.Scenario, r.Acquisitions, r.Violations,
-			r.StalePlain, r.StaleFenced, tokenOrder(r), r.Expect, observed)
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\t%d/%d\t%s\t%s\n", r.Scenario, r.Acquisitions, r.NotSafe(), r.Exercised(),
+			rateBound(r), r.StalePlain, r.StaleFenced, r.Expect, observed)
 	}
 	tw.Flush()
 	if mismatch {
@@ -416,7 +523,7 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 		}
 	}
 	fmt.Fprintf(&buf, "\n%s per scenario (up to %d for an expected-unsafe one).\n", plural(trials, "trial"), chaos.UnsafeTrialLimit)
-	buf.WriteString("-v adds trials, latency and why each verdict is expected; --json gives all.\n")
+	buf.WriteString("-v adds overlaps, token order, latency and why each verdict is expected;\n--json gives all.\n")
 	if len(results) > 0 {
 		writeWrapped(&buf, "clocks: "+results[0].Clocks, "", "  ")
 		writeWrapped(&buf, "fenced resource: "+results[0].FencedStore, "", "  ")
@@ -433,6 +540,41 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
+// rateBound is a result's RATE cell: the bound on the rate of trials that
+// were not safe that the run shows, at chaos.Confidence: "≤1.0%", the upper
+// bound, for a scenario expected safe; "≥99%", the lower bound, for one
+// expected unsafe. An upper bound is rounded up and a lower one down, so
+// the cell never claims more than the bound.
+func rateBound(r chaos.Result) string {
+	if r.Expect == chaos.Unsafe {
+		return "≥" + percent(r.RateLower, math.Floor)
+	}
+	return "≤" + percent(r.RateUpper, math.Ceil)
+}
+
+// percent formats p (0..1) as a percentage with two significant digits
+// (at least the units), rounding with round: "1.0%", "0.30%", "78%", "100%".
+func percent(p float64, round func(float64) float64) string {
+	if p <= 0 {
+		return "0%"
+	}
+	v := 100 * min(p, 1)
+	digits := func(v float64) int {
+		d := 0
+		for scale := 10.0; v < scale && d < 4; scale /= 10 {
+			d++
+		}
+		return d
+	}
+	d := digits(v)
+	k := math.Pow(10, float64(d))
+	// Undo the float error of the product before rounding: 0.3 × 100 is
+	// 30.000000000000004, which math.Ceil would make 31.
+	v = round(math.Round(v*k*1e6)/1e6) / k
+	// Rounding up can add a digit in front: 0.9936 % is 1.0 %, not 1.00 %.
+	return strconv.FormatFloat(v, 'f', digits(v), 64) + "%"
+}
+
 // tokenOrder is a result's TOKEN ORDER cell: "ok", or "N out".
 func tokenOrder(r chaos.Result) string {
 	if r.TokenOrder > 0 {
@@ -445,12 +587,14 @@ func tokenOrder(r chaos.Result) string {
 // termWidth columns.
 var chaosShortLegend = `
 LOCKS      locks taken, all trials together
-OVERLAPS   pairs of holders whose holds overlapped (mutual exclusion broken)
+NOT SAFE   trials that were not safe (unsafe or broken), of the trials that
+           count (one that took no lock where some are expected does not)
+RATE       what the run shows of the rate of such trials, at 95 % confidence
+           (exact binomial bound): at most (≤) for a scenario expected safe,
+           at least (≥) for one expected unsafe; 0 in 300 gives ≤1.0%
 STALE P/F  writes a resource accepted from a holder after it had accepted one
            from a later holder: P the plain resource, which checks nothing;
            F the fenced one, fencing.Guard (refuses a lower token)
-TOKENS     ok when each holder's fencing token was above the previous
-           holder's; "N out" counts the pairs where it was not
 safe       no trial had an overlap or a stale write; every check held
 unsafe     some trial broke mutual exclusion: expected only where Redlock
            documents the limit (docs/safety.md)
@@ -463,18 +607,18 @@ skipped    cannot run on this backend or number of nodes; not a pass
 func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED")
+	fmt.Fprintln(tw, "SCENARIO\tBACKEND\tTRIALS\tNOT SAFE\tRATE (95%)\tACQUIRED\tVIOLATIONS\tSTALE PLAIN/FENCED\tTOKEN ORDER\tP50\tP99\tEXPECTED\tOBSERVED")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\tskipped\n", r.Scenario, r.Backend, r.Expect)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\tskipped\n", r.Scenario, r.Backend, r.Expect)
 			continue
 		}
 		observed := string(r.Observed)
 		if r.Mismatch() {
 			observed += "  << MISMATCH"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Backend, r.Trials, r.Acquisitions,
-			r.Violations, r.StalePlain, r.StaleFenced, tokenOrder(r), fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Backend, r.Trials, r.NotSafe(), r.Exercised(), rateBound(r),
+			r.Acquisitions, r.Violations, r.StalePlain, r.StaleFenced, tokenOrder(r), fmtLatency(r.P50), fmtLatency(r.P99), r.Expect, observed)
 	}
 	tw.Flush()
 	buf.WriteString(chaosLegend)
@@ -499,6 +643,13 @@ func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 var chaosLegend = fmt.Sprintf(`
 TRIALS              trials run (an expected-unsafe scenario runs more, up to
                     %d, until one shows it)
+NOT SAFE            trials that were not safe (unsafe or broken), of those
+                    that count (a trial that took no lock where the scenario
+                    expects some tested nothing: see the notes)
+RATE (95%%)          what the run shows of the rate of such trials at 95 %%
+                    confidence (exact binomial, Clopper-Pearson): at most (≤)
+                    for a scenario expected safe, at least (≥) for one
+                    expected unsafe; --json gives both bounds
 ACQUIRED            locks taken, all trials together
 VIOLATIONS          pairs of holders whose holds overlapped (mutual exclusion
                     broken)

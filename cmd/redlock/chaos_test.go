@@ -86,7 +86,7 @@ func TestChaos_TableReadable(t *testing.T) {
 	assertFits(t, "stdout", out)
 	assertFits(t, "stderr", errOut)
 	assert.Contains(t, out, "STALE P/F  writes a resource accepted")
-	assert.Regexp(t, `(?m)^no-faults +\d+ +0 +0/0 +ok +safe +safe$`, out)
+	assert.Regexp(t, `(?m)^no-faults +\d+ +0/1 +≤95% +0/0 +safe +safe$`, out)
 	assert.NotContains(t, out, "no-faults: a key is only granted", "reasons are behind -v")
 	assert.NotContains(t, errOut, "trial 1/1", "trial lines are behind -v")
 	assert.True(t, strings.HasSuffix(out, "2 of 2 as expected\n"), out)
@@ -98,7 +98,8 @@ func TestChaos_Verbose(t *testing.T) {
 	code, out, errOut := runCLI(t, "chaos", "--scenario", "majority-killed", "--trials", "1", "-v", "--time-scale", testTimeScale)
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "STALE PLAIN/FENCED  writes a resource accepted")
-	assert.Contains(t, out, "TRIALS  ACQUIRED  VIOLATIONS")
+	assert.Contains(t, out, "TRIALS  NOT SAFE  RATE (95%)  ACQUIRED  VIOLATIONS")
+	assert.Regexp(t, `(?m)^majority-killed +inprocess +1 +0/1 +≤95% +0 +0 `, out)
 	assert.Contains(t, out, "  majority-killed: no quorum can be formed")
 	assert.Contains(t, errOut, "trial 1/1")
 	assert.True(t, strings.HasSuffix(out, "1 of 1 as expected\n"), out)
@@ -113,15 +114,17 @@ func assertFits(t *testing.T, name, text string) {
 }
 
 // The default report fits 80 columns for every scenario of the catalogue,
-// on the backend with the longest name, with counts ten times the largest a
-// default run makes (a few hundred locks, under 200 stale writes), a
-// mismatch, a skipped scenario, notes and the largest seed; so does the
-// mutant report for every mutant.
+// on the backend with the longest name, with 1000 trials and counts to
+// match (a 300-trial run takes under 50000 locks; its amnesia and clock
+// rows count about 100 stale writes a trial), a mismatch, a skipped
+// scenario, notes and the largest seed; so does the mutant report for every
+// mutant.
 func TestChaos_DefaultReportFitsEveryScenario(t *testing.T) {
 	var results []chaos.Result
 	for i, s := range chaos.Catalogue() {
-		r := chaos.Result{Scenario: s.Name, Backend: chaos.RedisServer, Nodes: 5, Trials: 8, Expect: s.Expect, Observed: s.Expect,
-			Why: s.Why, Acquisitions: 9999, Violations: 999, StalePlain: 9999, StaleFenced: 999, TokenOrder: 999,
+		r := chaos.Result{Scenario: s.Name, Backend: chaos.RedisServer, Nodes: 5, Trials: 1000, Expect: s.Expect, Observed: s.Expect,
+			Why: s.Why, Acquisitions: 99999, Violations: 99999, StalePlain: 99999, StaleFenced: 999, TokenOrder: 999,
+			UnsafeTrials: 999, BrokenTrials: 1, RateLower: 0.9952, RateUpper: 0.0047,
 			Notes: []string{"trial 3: " + strings.Repeat("a stale write was accepted by the fenced resource ", 4)}}
 		switch i {
 		case 0:
@@ -132,10 +135,12 @@ func TestChaos_DefaultReportFitsEveryScenario(t *testing.T) {
 		results = append(results, r)
 	}
 	var out bytes.Buffer
-	printTable(&out, results, math.MaxUint64, 2, 99, chaos.RedisServer)
+	printTable(&out, results, math.MaxUint64, 1000, 99, chaos.RedisServer)
 	assertFits(t, "scenario report", out.String())
 	assert.Contains(t, out.String(), "broken !")
 	assert.Contains(t, out.String(), "skipped")
+	assert.Contains(t, out.String(), "1000/1000")
+	assert.Contains(t, out.String(), "≥99%")
 
 	var rows []mutantRow
 	for _, m := range chaos.Mutants() {
@@ -151,6 +156,25 @@ func TestChaos_DefaultReportFitsEveryScenario(t *testing.T) {
 	printMutants(&out, rows, math.MaxUint64, "14 of 14 mutants caught (1 not covered yet)", false)
 	assertFits(t, "mutant report", out.String())
 	assert.Contains(t, out.String(), "caught")
+}
+
+// The RATE cell gives the bound the run shows, never more: an upper bound
+// rounded up, a lower one rounded down, to two significant digits.
+func TestChaos_RateCell(t *testing.T) {
+	cell := func(expect chaos.Verdict, k, n int) string {
+		lower, upper := chaos.RateBounds(k, n)
+		return rateBound(chaos.Result{Expect: expect, RateLower: lower, RateUpper: upper})
+	}
+	assert.Equal(t, "≤1.0%", cell(chaos.Safe, 0, 300))   // 0.9936 %
+	assert.Equal(t, "≤9.6%", cell(chaos.Safe, 0, 30))    // 9.503 %
+	assert.Equal(t, "≤78%", cell(chaos.Safe, 0, 2))      // 77.64 %
+	assert.Equal(t, "≤0.30%", cell(chaos.Safe, 0, 1000)) // 0.2991 %
+	assert.Equal(t, "≤100%", cell(chaos.Safe, 3, 3))
+	assert.Equal(t, "≥99%", cell(chaos.Unsafe, 300, 300)) // 99.00 %
+	assert.Equal(t, "≥90%", cell(chaos.Unsafe, 30, 30))   // 90.50 %
+	assert.Equal(t, "≥22%", cell(chaos.Unsafe, 2, 2))     // 22.36 %
+	assert.Equal(t, "≥0%", cell(chaos.Unsafe, 0, 8))
+	assert.Equal(t, "30%", percent(0.3, math.Ceil), "no float error in the rounding")
 }
 
 // wrap breaks at spaces, keeps every word, and indents the lines after the

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		nodes    = fs.Int("nodes", 5, "Redlock nodes, as in `redlock chaos` (etcd always has 3 members)")
 		svgDir   = fs.String("svg", "", "write the most telling trial of each scenario as <scenario>-redlock.svg and <scenario>-etcd.svg into this directory")
 		markdown = fs.Bool("markdown", false, "print the table as Markdown")
+		doc      = fs.String("doc", "", "after the run, rewrite the table between "+etcdcompare.DocBegin+" and "+etcdcompare.DocEnd+" in this Markdown file")
+		scale    = fs.Float64("time-scale", 1, "stretch the Redlock side's scenarios by this factor (1 to 100), as redlock chaos --time-scale does, for a loaded machine; etcd's side keeps its whole-second leases")
 		quiet    = fs.Bool("quiet", false, "no progress lines")
 		picked   []etcdcompare.Scenario
 	)
@@ -73,8 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 64
 	}
-	if fs.NArg() > 0 || *trials < 1 || *nodes < 3 {
-		fmt.Fprintln(stderr, "compare: want no arguments, --trials ≥ 1 and --nodes ≥ 3")
+	if fs.NArg() > 0 || *trials < 1 || *nodes < 3 || !(*scale >= 1 && *scale <= 100) {
+		fmt.Fprintln(stderr, "compare: want no arguments, --trials ≥ 1, --nodes ≥ 3 and --time-scale from 1 to 100")
 		return 64
 	}
 	scenarios := etcdcompare.Catalogue()
@@ -106,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer cluster.Close()
 
-	start := time.Now()
+	start, loadStart := time.Now(), etcdcompare.LoadAverage()
 	ok := true
 	var rows []etcdcompare.Row
 	for i, s := range scenarios {
@@ -120,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rs.Name, rs.Summary, rs.Workload.Clients = s.Name, s.Summary, 1
 		}
 		if found {
-			r, err := chaos.Run(ctx, cluster, rs, *trials, *seed, func(l string) { progress("  redlock " + l) })
+			r, err := chaos.Run(ctx, cluster, rs.Scaled(*scale), *trials, *seed, func(l string) { progress("  redlock " + l) })
 			if err != nil {
 				fmt.Fprintf(stderr, "compare: redlock %s: %v\n", s.Name, err)
 				return 1
@@ -156,17 +159,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	progress(fmt.Sprintf("compare: done in %v", time.Since(start).Round(time.Second)))
+	took := time.Since(start)
+	progress(fmt.Sprintf("compare: done in %v", took.Round(time.Second)))
 	if err := etcdcompare.WriteTable(stdout, rows, *markdown); err != nil {
 		fmt.Fprintf(stderr, "compare: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "seed %d\n", *seed)
+	code := 0
 	if !ok {
 		fmt.Fprintln(stderr, "compare: some observed verdicts differ from the expected ones")
-		return 1
+		code = 1
 	}
-	return 0
+	if *doc != "" {
+		run := etcdcompare.RunFacts{Command: "cd etcdcompare && go run ./cmd/compare " + strings.Join(args, " "),
+			Took: took, LoadStart: loadStart, LoadEnd: etcdcompare.LoadAverage(), Code: code}
+		if err := etcdcompare.UpdateDoc(*doc, rows, run); err != nil {
+			fmt.Fprintf(stderr, "compare: --doc: %v\n", err)
+			return 1
+		}
+		progress("compare: rewrote the table in " + *doc)
+	}
+	return code
 }
 
 // telling returns the index of the first trial with a violation or a stale
