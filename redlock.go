@@ -87,6 +87,46 @@
 // wrapping its cause. Any other context, or another Client, contends as usual.
 // Do and Lock.KeepAlive nest the same way (see each).
 //
+// # Leases
+//
+// Client.Do and Lock.KeepAlive keep a lock through a Lease. Extensions are
+// made every interval (WithExtendInterval, default TTL/3) with the lock's TTL;
+// each is owner-checked, needs a majority and never revives an expired lock
+// (see Lock.Extend). The options that matter to a Lease and its extensions are
+// WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger and
+// WithObserver. The Lease's context (Lease.Context, Lease.Done) is canceled,
+// with a cause that Lease.Err returns (the same as context.Cause of it), as
+// soon as:
+//
+//   - an extension fails (the cause wraps ErrLockLost and Extend's
+//     *QuorumError);
+//   - the validity deadline of the latest handle (Lock.ValidUntil, then each
+//     extension's) passes before the next extension succeeded (ErrLockLost),
+//     even while that extension is still in flight;
+//   - the maximum hold time passes (ErrHoldLimit, see WithMaxHold);
+//   - the parent context ends (its cause), or the Lease or the lock is
+//     released.
+//
+// After that no further extension is made. Releasing the lock, or any Lock
+// extended from it, directly also stops the Lease. The Lease's goroutine exits
+// once its context has ended (after the extension in flight, if any, bounded
+// by the per-node timeout); Lease.Release and Lock.Release wait for it.
+//
+// When Do returns, the extender and the hold-limit watcher have stopped. Like
+// Acquire, Extend and Release, Do decides at a majority and does not wait for
+// a slow or unreachable minority: node calls the votes did not wait for (the
+// release's remaining deletes, the stragglers of the acquisition and
+// extensions) end in the background, each bounded by the per-node timeout,
+// and Client.Close waits for them. A failed release after fn returned is not
+// returned by Do (fn's work is done and the keys expire at their TTL): it is
+// logged at warn level and reported to the Observer.
+//
+// If Do's ctx already holds key through this Client (Do nested in Do, see
+// Reentrancy), fn runs under the outer holder's lock, its lease reports the
+// outer Lease's validity, and the outermost Do releases the lock. For a nested
+// handle, KeepAlive returns a Lease that neither extends nor releases: its
+// context ends with the outer holder's.
+//
 // # Logs from go-redis
 //
 // The package logs only through WithLogger, and never by default. go-redis,
