@@ -106,19 +106,8 @@ func WithDriftFactor(factor float64) Option {
 // busy 2-core client machine), so the shortest TTL with the defaults is
 // 105 ms; set a shorter timeout for shorter TTLs.
 //
-// On the nodes Dial connects to, the timeout measures the node, not this
-// client's own queue: a node's client runs at most its connection pool's size
-// (go-redis PoolSize, default 10 per CPU) of commands at once, and a command
-// beyond that first waits for one of them to end; its timeout starts when it
-// has its turn. The wait counts in the elapsed time that the validity
-// subtracts (TTL − elapsed − drift, elapsed from the attempt's start, as in
-// the Redlock spec), so it shortens the lock and never weakens it. It lasts
-// at most as long as an answer could still leave the attempt some validity
-// (TTL − drift − timeout − 1 ms from the attempt's start; for Release and
-// Extend, one timeout), after which that node's result is OutcomeTimedOut
-// with an error saying that no connection was free. For clients passed to New
-// the timeout also covers the wait for one of your pool's connections: size
-// PoolSize for the calls you run at once, or use Dial.
+// The timeout measures the node, not this client's own queue of commands
+// waiting for a connection: see Node timeouts in the package doc.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -127,6 +127,23 @@
 // handle, KeepAlive returns a Lease that neither extends nor releases: its
 // context ends with the outer holder's.
 //
+// # Node timeouts
+//
+// On the nodes Dial connects to, the per-node timeout (WithNodeTimeout)
+// measures the node, not this client's own queue: a node's client runs at
+// most its connection pool's size (go-redis PoolSize, default 10 per CPU) of
+// commands at once, and a command beyond that first waits for one of them to
+// end; its timeout starts when it has its turn. The wait counts in the elapsed
+// time that the validity subtracts (TTL − elapsed − drift, elapsed from the
+// attempt's start, as in the Redlock spec), so it shortens the lock and never
+// weakens it. It lasts at most as long as an answer could still leave the
+// attempt some validity (TTL − drift − timeout − 1 ms from the attempt's
+// start; for Release and Extend, one timeout), after which that node's result
+// is OutcomeTimedOut with an error saying that no connection was free. For
+// clients passed to New the timeout also covers the wait for one of your
+// pool's connections: size PoolSize for the calls you run at once, or use
+// Dial.
+//
 // # Logs from go-redis
 //
 // The package logs only through WithLogger, and never by default. go-redis,
