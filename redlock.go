@@ -144,6 +144,34 @@
 // pool's connections: size PoolSize for the calls you run at once, or use
 // Dial.
 //
+// # Leader election
+//
+// Client.Campaign elects one candidate per election name: being elected is
+// acquiring the lock on ElectionKey(name) with the owner value
+// "<identity>#<random>" (so every node shows who leads) and keeping it alive
+// with Lock.KeepAlive; the Leadership's context follows that Lease. Fencing
+// must be on: the term is the fencing token. Waiting candidates are woken when
+// the leader resigns (see Waiting). When Campaign's ctx is, or derives from,
+// the context of a Leadership of this Client for the same name, Campaign
+// returns at once a nested Leadership with the same term (identity must
+// match, else ErrInvalidArgument); its Resign leaves the leadership to the
+// outer one.
+//
+// Client.Lead runs a function per term. When the leadership was lost or hit
+// the hold limit (WithMaxHold: Lead resigns at once, even while the function
+// runs), Lead waits for the function to return, resigns (an owner-checked
+// clean-up) and campaigns again, with a new term.
+//
+// Client.WatchLeader does not poll the nodes in a loop: a new leader's
+// Campaign and a Resign announce themselves on the election's channel, and a
+// leader that crashed, or a lost message, is seen at the next periodic read.
+// A change announced while the subscription was up is seen within about a
+// round trip of the announcement, any other within the watch's period; a
+// lower term, read from nodes that lag, is dropped. Changes that last less
+// than that may be missed, and a slow reader skips intermediate leaders,
+// never the current one. Reads that fewer than a majority answer send
+// nothing.
+//
 // # Logs from go-redis
 //
 // The package logs only through WithLogger, and never by default. go-redis,
