@@ -165,19 +165,13 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 const DefaultQuarantine = time.Minute
 
 // WithQuarantine sets the amnesia guard's quarantine (default
-// DefaultQuarantine; the guard is on unless WithoutAmnesiaGuard). A node that
-// restarts without its data forgets the locks it granted, and a second client
-// could then win a majority (Kleppmann, "How to do distributed locking",
-// 2016). With the guard, a node that lost a key's epoch does not count for
-// that key (OutcomeQuarantined) until a successful acquisition vouches for it
-// or the quarantine has passed. Choose it at least as long as the longest TTL
-// any client uses on these nodes (each call uses at least its own TTL). The
-// guard holds while at most a minority of the nodes lose their data within
-// one quarantine and, counting them, at most a minority is emptied or
-// unreachable at once. It costs one small hash per key and node (kept for the
-// retention), and on a key's first use Acquire waits for every node's answer,
-// at most one per-node timeout (docs/fencing.md, "The amnesia guard"). d must
-// be positive and at most the retention (WithRetention): ErrInvalidArgument.
+// DefaultQuarantine; the guard is on unless WithoutAmnesiaGuard): how long a
+// node that lost a key's epoch does not count for that key
+// (OutcomeQuarantined), unless a successful acquisition vouches for it
+// sooner. Choose it at least as long as the longest TTL any client uses on
+// these nodes (each call uses at least its own TTL). d must be positive and
+// at most the retention (WithRetention): ErrInvalidArgument. See The amnesia
+// guard in the package doc for what it guards against and what it costs.
 func WithQuarantine(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

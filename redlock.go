@@ -87,6 +87,20 @@
 // wrapping its cause. Any other context, or another Client, contends as usual.
 // Do and Lock.KeepAlive nest the same way (see each).
 //
+// # The amnesia guard
+//
+// A node that restarts without its data forgets the locks it granted, and a
+// second client could then win a majority (Kleppmann, "How to do distributed
+// locking", 2016). With the guard (on by default; WithQuarantine,
+// WithoutAmnesiaGuard), a node that lost a key's epoch does not count for that
+// key (OutcomeQuarantined) until a successful acquisition vouches for it or
+// the quarantine has passed. The guard holds while at most a minority of the
+// nodes lose their data within one quarantine and, counting them, at most a
+// minority is emptied or unreachable at once. It costs one small hash per key
+// and node (kept for the retention), and on a key's first use Acquire waits
+// for every node's answer, at most one per-node timeout (docs/fencing.md,
+// "The amnesia guard").
+//
 // # Leases
 //
 // Client.Do and Lock.KeepAlive keep a lock through a Lease. Extensions are
