@@ -108,35 +108,21 @@ type Lease struct {
 	releaseErr  error
 }
 
-// KeepAlive starts extending l in the background and returns the Lease that
-// does it. The Lease's context (Context, Done) derives from ctx and is
-// canceled, with a cause that Err returns, as soon as:
+// KeepAlive starts extending l in the background, every interval
+// (WithExtendInterval, default TTL/3) with the lock's TTL, and returns the
+// Lease that does it. The Lease's context (Context, Done) derives from ctx and
+// is canceled, with a cause that Err returns, when an extension fails or the
+// validity runs out first (ErrLockLost), the maximum hold time passes
+// (ErrHoldLimit), ctx ends, or the Lease or the lock is released; see Leases
+// in the package doc. Call Release when the work is done: it stops the
+// extender and releases the lock.
 //
-//   - an extension fails (the cause wraps ErrLockLost and Extend's
-//     *QuorumError);
-//   - the validity deadline of the latest handle (l.ValidUntil, then each
-//     extension's) passes before the next extension succeeded (ErrLockLost),
-//     even while that extension is still in flight;
-//   - the maximum hold time passes (ErrHoldLimit, see WithMaxHold);
-//   - ctx ends (ctx's cause), or the Lease or the lock is released.
-//
-// After that no further extension is made. Extensions are made every
-// interval (WithExtendInterval, default TTL/3) with the lock's TTL; each is
-// owner-checked, needs a majority and never revives an expired lock (see
-// Extend). Call Release when the work is done: it stops the extender and
-// releases the lock. Releasing l, or any Lock extended from it, directly
-// also stops the Lease. The Lease's goroutine exits once its context has
-// ended (after the extension in flight, if any, bounded by the per-node
-// timeout); Release and Lock.Release wait for it.
-//
-// opts override l's options for the Lease and its extensions (those that
-// matter: WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger,
-// WithObserver). KeepAlive returns ErrInvalidArgument for a bad option, an
-// interval not below l's validity, a per-node timeout that leaves l's TTL no
-// validity (see WithNodeTimeout), a retention shorter than l's TTL or than
-// the quarantine (see WithRetention), or when another Lease already keeps l
-// alive; ErrClosed if the Client is closed. For a nested (reentrant) handle it returns a Lease that neither
-// extends nor releases: its context ends with the outer holder's.
+// opts override l's options for the Lease and its extensions. KeepAlive
+// returns ErrInvalidArgument for a bad option, an interval not below l's
+// validity, a per-node timeout that leaves l's TTL no validity (see
+// WithNodeTimeout), a retention shorter than l's TTL or than the quarantine
+// (see WithRetention), or when another Lease already keeps l alive; ErrClosed
+// if the Client is closed.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	cfg := l.cfg
 	if err := cfg.apply(opts); err != nil {
@@ -329,41 +315,22 @@ func (s *Lease) Release(ctx context.Context) error {
 	return s.releaseErr
 }
 
-// Do acquires the lock on key for ttl (as Acquire, with the same options),
-// runs fn with the Lease that keeps the lock (as Lock.KeepAlive: extended in
-// the background, its context canceled the moment the lock can no longer be
-// trusted), and releases the lock when fn returns or panics, or when the hold
-// limit (WithMaxHold) passes, whichever is first. fn's ctx is lease.Context();
-// lease gives the fencing token to pass with fn's writes, the validity left
-// (following every extension) and, once ctx ended, why (lease.Err(), the same
-// as context.Cause(ctx)). A panic propagates after the release. When Do
-// returns, the extender and the hold-limit watcher have stopped; like
-// Acquire, Extend and Release, Do decides at a majority and does not wait for
-// a slow or unreachable minority: node calls the votes did not wait for (the
-// release's remaining deletes, the stragglers of the acquisition and
-// extensions) end in the background, each bounded by the per-node timeout,
-// and Client.Close waits for them.
+// Do acquires the lock on key for ttl (as Acquire, with the same options,
+// plus WithExtendInterval and WithMaxHold), runs fn with the Lease that keeps
+// the lock (as Lock.KeepAlive), and releases the lock when fn returns or
+// panics, or when the hold limit (WithMaxHold) passes, whichever is first.
+// fn's ctx is lease.Context(); lease gives the fencing token to pass with fn's
+// writes, the validity left and, once ctx ended, why (lease.Err()). A panic
+// propagates after the release. See Leases in the package doc for what runs
+// in the background, the release, and Do nested in Do.
 //
-// It returns:
-//   - the error of Acquire, without running fn, when the lock was not
-//     acquired (ErrNotAcquired, with ErrTaken when another owner holds it;
-//     ErrInvalidArgument, ErrClosed; see Acquire);
-//   - ErrInvalidArgument for a nil fn or an extension interval not below the
-//     validity, before contacting any node;
-//   - when the lock was lost or the hold limit passed before fn returned, an
-//     error wrapping the Lease's cause (ErrLockLost with the failed
-//     extension's *QuorumError, or ErrHoldLimit) and fn's error if any, so
-//     errors.Is matches both; when fn's error already wraps the cause (fn
-//     returned context.Cause(ctx), or wrapped it), fn's error alone, so that
-//     the cause is said once;
-//   - otherwise fn's error.
-//
-// A failed release after fn returned is not returned (fn's work is done and
-// the keys expire at their TTL): it is logged at warn level and reported to
-// the Observer. If ctx already holds key through this Client (Do nested in
-// Do, see Acquire), fn runs under the outer holder's lock, its lease reports
-// the outer Lease's validity, and the outermost Do releases the lock. opts
-// may include WithExtendInterval and WithMaxHold.
+// It returns Acquire's error, without running fn, when the lock was not
+// acquired; ErrInvalidArgument for a nil fn or an extension interval not
+// below the validity, before contacting any node; when the lock was lost or
+// the hold limit passed before fn returned, an error wrapping the Lease's
+// cause (ErrLockLost with a *QuorumError, or ErrHoldLimit) and fn's error, so
+// errors.Is matches both (fn's error alone when it already wraps the cause);
+// otherwise fn's error.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)

@@ -115,30 +115,20 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	return l.resignErr
 }
 
-// Campaign campaigns for the election name as identity (a host or pod
-// name: non-empty, at most 256 bytes of UTF-8 without control characters)
-// and blocks until this candidate is elected, the retry policy gives up
-// (DefaultRetry never does), or ctx ends. Being elected is acquiring the
-// lock on ElectionKey(name) for ttl, with the owner value
-// "<identity>#<random>" (so every node shows who leads), and keeping it
-// alive with Lock.KeepAlive: the Leadership's context follows that Lease,
-// derives from ctx, and ends with its cause the moment the leadership can
-// no longer be trusted. Waiting candidates are woken when the leader
-// resigns (see Acquire on waiting). Call Resign when done.
+// Campaign campaigns for the election name as identity (a host or pod name:
+// non-empty, at most 256 bytes of UTF-8 without control characters) and
+// blocks until this candidate is elected, the retry policy gives up
+// (DefaultRetry never does), or ctx ends. The Leadership's context derives
+// from ctx and ends, with its cause, the moment the leadership can no longer
+// be trusted; its term is the fencing token. Call Resign when done. See
+// Leader election in the package doc for how it works and nested campaigns.
 //
 // opts are those of Acquire and KeepAlive (WithRetry, WithExtendInterval,
-// WithMaxHold, ...); the owner value is the election's (a WithOwnerGenerator
-// is overridden). Fencing must be on: the term is the fencing token.
-//
-// It returns ErrInvalidArgument for an empty name, a bad identity, fencing
-// off, or a TTL or option Acquire or KeepAlive refuses, before contacting
-// any node; ErrClosed on a closed Client; otherwise Acquire's errors
-// (ErrNotAcquired wrapping ctx's error when ctx ended).
-//
-// Reentrancy: when ctx is, or derives from, the context of a Leadership of
-// this Client for the same name, Campaign returns at once a nested
-// Leadership with the same term (identity must match, else
-// ErrInvalidArgument); its Resign leaves the leadership to the outer one.
+// WithMaxHold, ...); a WithOwnerGenerator is overridden. It returns
+// ErrInvalidArgument for an empty name, a bad identity, fencing off, or a TTL
+// or option Acquire or KeepAlive refuses, before contacting any node;
+// ErrClosed on a closed Client; otherwise Acquire's errors (ErrNotAcquired
+// wrapping ctx's error when ctx ended).
 func (c *Client) Campaign(ctx context.Context, name, identity string, ttl time.Duration, opts ...Option) (*Leadership, error) {
 	cfg, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
 	if err != nil {
@@ -407,23 +397,19 @@ const leadRetryPause = 250 * time.Millisecond
 
 // Lead runs fn each time this candidate is elected, and campaigns again
 // whenever the leadership is lost, until ctx ends: losing leadership never
-// needs a process exit. Each term, fn gets the Leadership and its context
-// (Leadership.Context), which ends the moment the leadership can no longer
-// be trusted; fn must then return promptly (Lead waits for it: two calls of
-// fn never overlap). Then:
+// needs a process exit. Each term, fn gets the Leadership and its context,
+// which ends the moment the leadership can no longer be trusted; fn must then
+// return promptly (Lead waits for it: two calls of fn never overlap). If fn
+// returns while still leading, Lead resigns and returns fn's error (nil:
+// done); if the leadership was lost or hit the hold limit, Lead resigns and
+// campaigns again, with a new term; if ctx ended, Lead resigns once fn
+// returned and returns context.Cause(ctx). See Leader election.
 //
-//   - fn returned while still leading: Lead resigns (hand-off) and returns
-//     fn's error (nil: done);
-//   - the leadership was lost or hit the hold limit (WithMaxHold: Lead
-//     resigns at once, even while fn runs): once fn returned, Lead resigns
-//     (owner-checked clean-up) and campaigns again, with a new term;
-//   - ctx ended: Lead resigns once fn returned, and returns context.Cause(ctx).
-//
-// A panic in fn resigns, then propagates. When Lead returns, no goroutine
-// of it is left. It returns Campaign's argument errors before contacting a
-// node (and ErrInvalidArgument for a nil fn), and ErrClosed once the Client
-// is closed. opts are Campaign's; when its retry policy gives up, Lead
-// campaigns again after 250 ms.
+// A panic in fn resigns, then propagates. When Lead returns, no goroutine of
+// it is left. It returns Campaign's argument errors (and ErrInvalidArgument
+// for a nil fn) before contacting a node, and ErrClosed once the Client is
+// closed. opts are Campaign's; when its retry policy gives up, Lead campaigns
+// again after 250 ms.
 func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Duration, fn func(ctx context.Context, l *Leadership) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)

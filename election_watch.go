@@ -14,28 +14,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WatchLeader follows the election name and sends its leader on the
-// returned channel: first the leader read at once, then each change. It
-// does not poll the nodes in a loop: it subscribes, on every node, to the
-// election's channel, on which a new leader's Campaign and a Resign announce
-// themselves, and re-reads the leader (as Leader does, from a majority) when
-// a message comes, and otherwise every `every` (a leader that crashed, or a
-// lost message, is seen then). A Leader with Term 0 means no leader.
+// WatchLeader follows the election name and sends its leader on the returned
+// channel: first the leader read at once, then each change; a Leader with
+// Term 0 means no leader. It subscribes on every node to the election's
+// channel and re-reads the leader (as Leader does, from a majority) when a
+// message comes, and otherwise every `every`. Every value sent was held by a
+// majority of the nodes when it was read, terms sent never decrease, and the
+// channel keeps only the latest value: see Leader election in the package
+// doc for how soon a change is seen and what may be missed.
 //
-// What it guarantees: every value sent was held by a majority of the nodes
-// when it was read; terms sent never decrease (a lower one, read from nodes
-// that lag, is dropped); a change announced while the subscription was up is
-// seen within about a round trip of the announcement, any other within
-// `every`. Changes that last less than that may be missed, and the channel
-// keeps only the latest value: a slow reader skips intermediate leaders,
-// never the current one. Reads that fewer than a majority answer send
-// nothing.
-//
-// The channel is closed once ctx ends, or within `every` after the Client
-// is closed; its goroutines and pub/sub connections (one per node) end
-// first. It returns ErrInvalidArgument for an empty name or an `every` that
-// is not positive, ErrClosed on a closed Client. opts may set WithKeyPrefix
-// and WithNodeTimeout.
+// The channel is closed once ctx ends, or within `every` after the Client is
+// closed; its goroutines and pub/sub connections (one per node) end first. It
+// returns ErrInvalidArgument for an empty name or an `every` that is not
+// positive, ErrClosed on a closed Client. opts may set WithKeyPrefix and
+// WithNodeTimeout.
 func (c *Client) WatchLeader(ctx context.Context, name string, every time.Duration, opts ...Option) (<-chan Leader, error) {
 	if every <= 0 {
 		return nil, fmt.Errorf("%w: watch re-read interval %v must be positive", ErrInvalidArgument, every)

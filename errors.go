@@ -25,7 +25,7 @@ var (
 	// many nodes (ErrTaken), too few nodes answered (ErrNoQuorum), the
 	// validity time ran out during the acquisition, the context ended, or
 	// too many nodes answer with an error that retrying cannot fix (a wrong
-	// password: see Client.Acquire).
+	// password: see Acquiring in the package doc).
 	ErrNotAcquired = errors.New("redlock: lock not acquired")
 	// ErrNotHeld means Release or Extend found that this Lock is no longer
 	// held: its validity ran out, or too many nodes report the key expired or

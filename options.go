@@ -106,19 +106,8 @@ func WithDriftFactor(factor float64) Option {
 // busy 2-core client machine), so the shortest TTL with the defaults is
 // 105 ms; set a shorter timeout for shorter TTLs.
 //
-// On the nodes Dial connects to, the timeout measures the node, not this
-// client's own queue: a node's client runs at most its connection pool's size
-// (go-redis PoolSize, default 10 per CPU) of commands at once, and a command
-// beyond that first waits for one of them to end; its timeout starts when it
-// has its turn. The wait counts in the elapsed time that the validity
-// subtracts (TTL − elapsed − drift, elapsed from the attempt's start, as in
-// the Redlock spec), so it shortens the lock and never weakens it. It lasts
-// at most as long as an answer could still leave the attempt some validity
-// (TTL − drift − timeout − 1 ms from the attempt's start; for Release and
-// Extend, one timeout), after which that node's result is OutcomeTimedOut
-// with an error saying that no connection was free. For clients passed to New
-// the timeout also covers the wait for one of your pool's connections: size
-// PoolSize for the calls you run at once, or use Dial.
+// The timeout measures the node, not this client's own queue of commands
+// waiting for a connection: see Node timeouts in the package doc.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -176,19 +165,13 @@ func WithOwnerGenerator(gen func() (string, error)) Option {
 const DefaultQuarantine = time.Minute
 
 // WithQuarantine sets the amnesia guard's quarantine (default
-// DefaultQuarantine; the guard is on unless WithoutAmnesiaGuard). A node that
-// restarts without its data forgets the locks it granted, and a second client
-// could then win a majority (Kleppmann, "How to do distributed locking",
-// 2016). With the guard, a node that lost a key's epoch does not count for
-// that key (OutcomeQuarantined) until a successful acquisition vouches for it
-// or the quarantine has passed. Choose it at least as long as the longest TTL
-// any client uses on these nodes (each call uses at least its own TTL). The
-// guard holds while at most a minority of the nodes lose their data within
-// one quarantine and, counting them, at most a minority is emptied or
-// unreachable at once. It costs one small hash per key and node (kept for the
-// retention), and on a key's first use Acquire waits for every node's answer,
-// at most one per-node timeout (docs/fencing.md, "The amnesia guard"). d must
-// be positive and at most the retention (WithRetention): ErrInvalidArgument.
+// DefaultQuarantine; the guard is on unless WithoutAmnesiaGuard): how long a
+// node that lost a key's epoch does not count for that key
+// (OutcomeQuarantined), unless a successful acquisition vouches for it
+// sooner. Choose it at least as long as the longest TTL any client uses on
+// these nodes (each call uses at least its own TTL). d must be positive and
+// at most the retention (WithRetention): ErrInvalidArgument. See The amnesia
+// guard in the package doc for what it guards against and what it costs.
 func WithQuarantine(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

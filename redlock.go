@@ -17,9 +17,174 @@
 // and ending the function's context the moment the lock can no longer be
 // trusted; the function gets the Lease, with the fencing token and the
 // validity left. Lock.KeepAlive does the extending for a lock you hold yourself.
-// Both are reentrant through the context (see Client.Acquire). The examples
+// Both are reentrant through the context (see Reentrancy). The examples
 // (ExampleClient_Do, ExampleLock_KeepAlive, ExampleClient_Acquire_reentrant)
 // show each use.
+//
+// # Acquiring
+//
+// One attempt of Client.Acquire, as in the Redlock spec ("Distributed Locks
+// with Redis" at redis.io):
+//
+//  1. read the monotonic clock;
+//  2. send the acquire script to all N nodes at once, each with the per-node
+//     timeout;
+//  3. stop as soon as N/2+1 granted, or as soon as that became impossible;
+//  4. with fencing on, the token is the highest counter the granting nodes
+//     returned; only if fewer than a majority returned it, write it back;
+//  5. validity = ttl − elapsed − (ttl × driftFactor + 2 ms), success only if
+//     positive;
+//  6. on failure, delete the attempt's key on all N nodes (also those that
+//     seemed to refuse: a lost reply can hide a granted SET).
+//
+// When Acquire returns, no key of its attempts is left on a node that
+// answered in time, and nodes that answered late are cleaned up before it
+// returns. On success, the node calls that the vote did not wait for may still
+// run: they end in the background (each bounded by the per-node timeout), and
+// Client.Close waits for them. When Close is called between attempts, Acquire
+// returns ErrClosed after the node calls of the earlier attempts have ended.
+//
+// Whatever the retry policy, Acquire makes no further attempt when so many
+// nodes answered with an error reply that retrying cannot fix that fewer than
+// a majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL), WRONGTYPE
+// (another kind of key under the name of the lock's fencing counter or epoch;
+// one under the lock's own name makes the node answer "taken", as SET NX
+// does), ERR unknown command (scripting disabled). A wrong password then fails
+// at once instead of retrying until ctx ends; the *QuorumError's Cause says so
+// and wraps the first such reply (errors.As with go-redis's redis.Error).
+// READONLY and LOADING are retried: a failover or a restart ends them (a node
+// that is a replica for good fails when ctx ends).
+//
+// # Waiting
+//
+// Between attempts, Acquire is also told when the key is released. After its
+// first failed attempt it takes a ticket (its start time) and subscribes to a
+// channel of its own on every node, on one pub/sub connection per node that
+// the Client opens the first time one of its calls waits (Close closes them;
+// nothing is opened while nobody waits). A release, on each node where it
+// deletes the key, publishes to the waiter with the lowest ticket only; once a
+// majority of nodes announced the same release to it, that waiter retries at
+// once instead of sleeping through its retry delay, so waiters take the key in
+// the order they came. A Client whose Release woke a waiter and that acquires
+// the same key within 50 ms waits behind the waiters (as after a failed
+// attempt) rather than race the woken one.
+//
+// The message is a hint: the lock's guarantees come from the attempt alone, a
+// lost, late or forged message costs at most a retry delay or a failed
+// attempt, and without pub/sub (or with a key that expires instead of being
+// released) the retry policy's delays apply as before (DefaultRetry waits
+// longer while the waiter is subscribed: see there).
+//
+// # Reentrancy
+//
+// Acquire is reentrant through ctx: when ctx is, or derives from, the context
+// of a Lease of this Client on the same key (Lease.Context, or the context Do
+// passes to its function), Acquire returns at once, without a round trip, a
+// nested handle on that lock (Attempts 0; ttl and retry options are ignored).
+// Releasing a nested handle does not touch the nodes: the lock is released
+// only when the outermost holder releases it. Extending one extends the shared
+// lock. If that Lease's context has ended, Acquire returns ErrNotAcquired
+// wrapping its cause. Any other context, or another Client, contends as usual.
+// Do and Lock.KeepAlive nest the same way (see each).
+//
+// # The amnesia guard
+//
+// A node that restarts without its data forgets the locks it granted, and a
+// second client could then win a majority (Kleppmann, "How to do distributed
+// locking", 2016). With the guard (on by default; WithQuarantine,
+// WithoutAmnesiaGuard), a node that lost a key's epoch does not count for that
+// key (OutcomeQuarantined) until a successful acquisition vouches for it or
+// the quarantine has passed. The guard holds while at most a minority of the
+// nodes lose their data within one quarantine and, counting them, at most a
+// minority is emptied or unreachable at once. It costs one small hash per key
+// and node (kept for the retention), and on a key's first use Acquire waits
+// for every node's answer, at most one per-node timeout (docs/fencing.md,
+// "The amnesia guard").
+//
+// # Leases
+//
+// Client.Do and Lock.KeepAlive keep a lock through a Lease. Extensions are
+// made every interval (WithExtendInterval, default TTL/3) with the lock's TTL;
+// each is owner-checked, needs a majority and never revives an expired lock
+// (see Lock.Extend). The options that matter to a Lease and its extensions are
+// WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger and
+// WithObserver. The Lease's context (Lease.Context, Lease.Done) is canceled,
+// with a cause that Lease.Err returns (the same as context.Cause of it), as
+// soon as:
+//
+//   - an extension fails (the cause wraps ErrLockLost and Extend's
+//     *QuorumError);
+//   - the validity deadline of the latest handle (Lock.ValidUntil, then each
+//     extension's) passes before the next extension succeeded (ErrLockLost),
+//     even while that extension is still in flight;
+//   - the maximum hold time passes (ErrHoldLimit, see WithMaxHold);
+//   - the parent context ends (its cause), or the Lease or the lock is
+//     released.
+//
+// After that no further extension is made. Releasing the lock, or any Lock
+// extended from it, directly also stops the Lease. The Lease's goroutine exits
+// once its context has ended (after the extension in flight, if any, bounded
+// by the per-node timeout); Lease.Release and Lock.Release wait for it.
+//
+// When Do returns, the extender and the hold-limit watcher have stopped. Like
+// Acquire, Extend and Release, Do decides at a majority and does not wait for
+// a slow or unreachable minority: node calls the votes did not wait for (the
+// release's remaining deletes, the stragglers of the acquisition and
+// extensions) end in the background, each bounded by the per-node timeout,
+// and Client.Close waits for them. A failed release after fn returned is not
+// returned by Do (fn's work is done and the keys expire at their TTL): it is
+// logged at warn level and reported to the Observer.
+//
+// If Do's ctx already holds key through this Client (Do nested in Do, see
+// Reentrancy), fn runs under the outer holder's lock, its lease reports the
+// outer Lease's validity, and the outermost Do releases the lock. For a nested
+// handle, KeepAlive returns a Lease that neither extends nor releases: its
+// context ends with the outer holder's.
+//
+// # Node timeouts
+//
+// On the nodes Dial connects to, the per-node timeout (WithNodeTimeout)
+// measures the node, not this client's own queue: a node's client runs at
+// most its connection pool's size (go-redis PoolSize, default 10 per CPU) of
+// commands at once, and a command beyond that first waits for one of them to
+// end; its timeout starts when it has its turn. The wait counts in the elapsed
+// time that the validity subtracts (TTL − elapsed − drift, elapsed from the
+// attempt's start, as in the Redlock spec), so it shortens the lock and never
+// weakens it. It lasts at most as long as an answer could still leave the
+// attempt some validity (TTL − drift − timeout − 1 ms from the attempt's
+// start; for Release and Extend, one timeout), after which that node's result
+// is OutcomeTimedOut with an error saying that no connection was free. For
+// clients passed to New the timeout also covers the wait for one of your
+// pool's connections: size PoolSize for the calls you run at once, or use
+// Dial.
+//
+// # Leader election
+//
+// Client.Campaign elects one candidate per election name: being elected is
+// acquiring the lock on ElectionKey(name) with the owner value
+// "<identity>#<random>" (so every node shows who leads) and keeping it alive
+// with Lock.KeepAlive; the Leadership's context follows that Lease. Fencing
+// must be on: the term is the fencing token. Waiting candidates are woken when
+// the leader resigns (see Waiting). When Campaign's ctx is, or derives from,
+// the context of a Leadership of this Client for the same name, Campaign
+// returns at once a nested Leadership with the same term (identity must
+// match, else ErrInvalidArgument); its Resign leaves the leadership to the
+// outer one.
+//
+// Client.Lead runs a function per term. When the leadership was lost or hit
+// the hold limit (WithMaxHold: Lead resigns at once, even while the function
+// runs), Lead waits for the function to return, resigns (an owner-checked
+// clean-up) and campaigns again, with a new term.
+//
+// Client.WatchLeader does not poll the nodes in a loop: a new leader's
+// Campaign and a Resign announce themselves on the election's channel, and a
+// leader that crashed, or a lost message, is seen at the next periodic read.
+// A change announced while the subscription was up is seen within about a
+// round trip of the announcement, any other within the watch's period; a
+// lower term, read from nodes that lag, is dropped. Changes that last less
+// than that may be missed, and a slow reader skips intermediate leaders,
+// never the current one. Reads that fewer than a majority answer send
+// nothing.
 //
 // # Logs from go-redis
 //
@@ -459,72 +624,20 @@ func (c *Client) Close() error {
 }
 
 // Acquire takes the lock on key for ttl, retrying after a random delay while
-// the key is held elsewhere, until it succeeds, the retry policy gives up,
-// ctx ends, or no majority of the nodes has answered for the outage limit
-// (WithOutageLimit, default 30 s). One attempt, as in the Redlock spec
-// ("Distributed Locks with Redis" at redis.io):
+// the key is held elsewhere, until it succeeds, the retry policy gives up, ctx
+// ends, or no majority of the nodes has answered for the outage limit
+// (WithOutageLimit, default 30 s). opts override the client's options for this
+// call; Acquire does not modify the slice. See Acquiring, Waiting and
+// Reentrancy in the package doc for an attempt's steps, how a release wakes a
+// waiter, and nested calls through a Lease's context.
 //
-//  1. read the monotonic clock;
-//  2. send the acquire script to all N nodes at once, each with the per-node
-//     timeout;
-//  3. stop as soon as N/2+1 granted, or as soon as that became impossible;
-//  4. with fencing on, the token is the highest counter the granting nodes
-//     returned; only if fewer than a majority returned it, write it back;
-//  5. validity = ttl − elapsed − (ttl × driftFactor + 2 ms), success only if
-//     positive;
-//  6. on failure, delete the attempt's key on all N nodes (also those that
-//     seemed to refuse: a lost reply can hide a granted SET).
-//
-// Whatever the retry policy, it makes no further attempt when so many nodes
-// answered with an error reply that retrying cannot fix that fewer than a
-// majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL),
-// WRONGTYPE (another kind of key under the name of the lock's fencing
-// counter or epoch; one under the lock's own name makes the node answer
-// "taken", as SET NX does), ERR unknown command (scripting disabled). A
-// wrong password then fails at once instead of retrying until ctx ends; the
-// *QuorumError's Cause says so and wraps the first such reply (errors.As
-// with go-redis's redis.Error). READONLY and LOADING are retried: a failover
-// or a restart ends them (a node that is a replica for good fails when ctx
-// ends).
-//
-// When it fails it returns a *QuorumError wrapping ErrNotAcquired (and ctx's
-// error if ctx ended), with every node's outcome in the last attempt, which
-// also matches ErrTaken when the key was held elsewhere or ErrNoQuorum when
-// too few nodes answered (see both); when it
-// returns, no key of its attempts is left on a node that answered in time,
-// and nodes that answered late are cleaned up before it returns. Bad
-// arguments give ErrInvalidArgument; a closed client ErrClosed (also when
-// Close is called between attempts: then after the node calls of the earlier
-// attempts have ended). On success, the node calls that the vote did not
-// wait for may still run: they end in the background (each bounded by the
-// per-node timeout), and Close waits for them. opts override
-// the client's options for this call; Acquire does not modify the slice.
-//
-// Waiting: between attempts, Acquire is also told when the key
-// is released. After its first failed attempt it takes a ticket (its start
-// time) and subscribes to a channel of its own on every node, on one pub/sub
-// connection per node that the Client opens the first time one of its calls
-// waits (Close closes them; nothing is opened while nobody waits). A
-// release, on each node where it deletes the key, publishes to the waiter
-// with the lowest ticket only; once a majority of nodes announced the same
-// release to it, that waiter retries at once instead of sleeping through its
-// retry delay, so waiters take the key in the order they came. A Client
-// whose Release woke a waiter and that acquires the same key within 50 ms
-// waits behind the waiters (as after a failed attempt) rather than race the
-// woken one. The message is a hint: the lock's guarantees come from the
-// attempt alone, a lost, late or forged message costs at most a retry delay
-// or a failed attempt, and without pub/sub (or with a key that expires
-// instead of being released) the retry policy's delays apply as before
-// (DefaultRetry waits longer while the waiter is subscribed: see there).
-//
-// Acquire is reentrant through ctx: when ctx is, or derives from, the context
-// of a Lease of this Client on the same key (Lease.Context, or the context Do
-// passes to its function), Acquire returns at once, without a round trip, a
-// nested handle on that lock (Attempts 0; ttl and retry options are ignored).
-// Releasing a nested handle does not touch the nodes: the lock is released
-// only when the outermost holder releases it. Extending one extends the shared
-// lock. If that Lease's context has ended, Acquire returns ErrNotAcquired
-// wrapping its cause. Any other context, or another Client, contends as usual.
+// On failure it returns a *QuorumError (errors.As) with every node's outcome
+// in the last attempt, wrapping ErrNotAcquired, ctx's error if ctx ended, and
+// ErrTaken when the key was held elsewhere or ErrNoQuorum when too few nodes
+// answered (errors.Is); no key of its attempts is left behind. Error replies
+// that retrying cannot fix (a wrong password) end it at once (see Acquiring).
+// Bad arguments give ErrInvalidArgument; a closed client ErrClosed (also when
+// Close is called between attempts).
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	cfg := c.cfg
 	if err := cfg.apply(opts); err != nil {

@@ -94,10 +94,11 @@ func (p exponentialRetry) validate() error {
 // exponential backoff from 10 ms up to 250 ms, until the context ends.
 //
 // Its short first delays are there to notice a release soon. A waiting
-// Acquire is also told of the release by the nodes (pub/sub, see Acquire):
-// with DefaultRetry, a waiter that is subscribed on a majority of nodes when
-// its delay ends waits on until 125–250 ms (a uniformly random time in
-// [max/2, max]) after its failed attempt, unless it is told first. The
+// Acquire is also told of the release by the nodes (pub/sub, see Waiting in
+// the package doc): with DefaultRetry, a waiter that is subscribed on a
+// majority of nodes when its delay ends waits on until 125–250 ms (a
+// uniformly random time in [max/2, max]) after its failed attempt, unless it
+// is told first. The
 // message is a hint: without it (no pub/sub, a lost message, a key that
 // expired) the wait still ends by then. Policies other than DefaultRetry
 // keep their delays as they are.

@@ -10,31 +10,24 @@ import (
 	"unicode/utf8"
 )
 
-// CheckTTL reports whether a lock of the given TTL can be acquired and kept
-// alive with opts, without contacting a node: it returns the error that
-// Acquire (and TryAcquire) would return for ttl with opts, or else the one
-// KeepAlive (and Do) would return for such a lock, and nil when neither
-// would refuse it. Give it the options of the Client (New, Dial) followed by
-// those of the call; they are applied in that order, as the calls do.
-//
-// Every error wraps ErrInvalidArgument (test it with errors.Is) and says
-// which rule failed, with the same text as the calls:
+// CheckTTL reports, without contacting a node, whether a lock of the given
+// TTL can be acquired and kept alive with opts: it returns the error Acquire
+// (and TryAcquire) would return, else the one KeepAlive (and Do) would, else
+// nil. Give it the Client's options (New, Dial) followed by the call's; they
+// apply in that order, as in the calls. Every error wraps ErrInvalidArgument
+// (errors.Is) and names the failed rule with the calls' text:
 //
 //   - an option's own check (a nil option, a drift factor outside [0, 1), a
 //     non-positive per-node timeout or extension interval, …);
-//   - ttl must be a whole number of milliseconds (the nodes get Redis PX),
-//     at least 1 ms;
-//   - ttl − Drift(ttl, driftFactor) − the per-node timeout must leave at
-//     least 1 ms of validity (the Redlock spec's validity time, see
-//     WithNodeTimeout); the error names the smallest usable TTL;
-//   - the retention (WithRetention) must be at least ttl and at least the
-//     quarantine (WithQuarantine);
-//   - the minimum hold (WithMinHold) must not be longer than ttl;
-//   - the extension interval (WithExtendInterval, default ttl/3) must be
-//     below the validity of a fresh lock, ttl − Drift(ttl, driftFactor).
+//   - ttl is a whole number of milliseconds (Redis PX), at least 1 ms;
+//   - ttl − Drift(ttl, driftFactor) − the per-node timeout leaves at least
+//     1 ms of validity (see WithNodeTimeout); the error names the smallest
+//     usable TTL;
+//   - the retention (WithRetention) is at least ttl and the quarantine
+//     (WithQuarantine); the minimum hold (WithMinHold) at most ttl; the
+//     extension interval (default ttl/3) below ttl − Drift(ttl, driftFactor).
 //
-// A nil result does not promise that Acquire succeeds: the nodes decide
-// that.
+// A nil result does not promise that Acquire succeeds: the nodes decide that.
 func CheckTTL(ttl time.Duration, opts ...Option) error {
 	cfg := defaultConfig()
 	if err := cfg.apply(opts); err != nil {
