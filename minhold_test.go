@@ -35,8 +35,12 @@ func TestMinHold_ReleaseLeavesTheLockTakenUntilTheEnd(t *testing.T) {
 	for _, guard := range []time.Duration{0, time.Minute} {
 		t.Run("quarantine "+guard.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c := newWarmCluster(t, 3, redlock.WithQuarantine(guard))
-				other := c.secondClient(t, redlock.WithQuarantine(guard))
+				guardOpt := redlock.WithQuarantine(guard)
+				if guard == 0 {
+					guardOpt = redlock.WithoutAmnesiaGuard()
+				}
+				c := newWarmCluster(t, 3, guardOpt)
+				other := c.secondClient(t, guardOpt)
 				ctx := context.Background()
 				l := c.acquireSettled(t, ctx, "tick", 10*time.Second, redlock.WithMinHold(3*time.Second))
 				time.Sleep(time.Second) // the job: shorter than the hold
