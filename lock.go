@@ -326,62 +326,21 @@ func (l *Lock) Attempts() int { return l.attempts }
 func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes...) }
 
 // Release deletes the lock key on every node where it still holds this
-// lock's owner value, and returns as soon as a majority (N/2+1) of the nodes
-// decided the result: it does not wait for the other nodes, whose deletes
-// finish in the background (see below). It waits for a node at most the
-// per-node timeout, counted from the delete's turn on that node: on the
-// nodes Dial connects to, a delete may first wait for a free connection
-// (WithNodeTimeout) until the lock's keys would be gone on their own (the
-// longest TTL the lock used, plus two per-node timeouts, from now), so with
-// a long queue in this client Release can take that long. It runs even if
-// ctx is already canceled (a half-done
-// release would leave keys until their TTL); ctx's values are passed on.
-//
-// It returns, looking only at the nodes that answered (deleted, "not held" or
-// "taken"; an unreachable, timed-out or failing node did not):
-//
-//   - a *QuorumError wrapping ErrNotHeld when a majority answered that the
-//     key was not ours any more (expired, or held by another owner),
-//     whatever the other nodes answered: the lock had expired or been taken
-//     before this call, so the holder overran it. Keys of ours still found on
-//     other nodes are deleted all the same (Granted counts those deleted by
-//     the time Release returns);
-//   - a *QuorumError wrapping ErrNoQuorum when fewer than a majority
-//     answered: the outcome is unknown, and the keys not deleted expire at
-//     their TTL;
-//   - nil otherwise: a majority answered, and it is no longer ours on any
-//     of them (deleted now, or gone before), so another client can acquire it.
-//
-// It returns as soon as no answer still to come could change that result
-// (with every node healthy: once a majority deleted the key), and the
-// *QuorumError's Nodes then show the nodes still to answer as
-// OutcomePending.
-//
-// After the Client is closed it returns ErrClosed and leaves the keys to
-// expire.
-//
-// The deletes still running when Release returns, and the node calls of the
-// acquisition and of extensions that their votes did not wait for, end in
-// the background, each bounded by the per-node timeout (a straggler's
-// delete by its acquire call's, then its own); the Client tracks them, and
-// Client.Close waits for them. A node's delete is sent only once
-// that node's own acquire call has returned (then with a per-node timeout of
-// its own), never beside it: go-redis's connection pool may run two
-// commands to one node in either order, and a delete that overtook its SET
-// would leave the key until its TTL (docs/performance.md). So once Release
-// and then Close have returned, no key of this lock is left on a node that
-// answered in time (nor on one that answered late but within the per-node
-// timeouts).
-//
-// While the lock's minimum hold (WithMinHold) lasts, the keys are not
-// deleted but left to expire at its end, with the same results.
-//
-// Once Release is called the lock's Validity is zero or negative on every
-// handle, whatever the result. A Lease that keeps this lock alive is stopped
-// first. The Release calls on the handles of one lock run one at a time, and
-// once one has returned nil the later ones return a *QuorumError wrapping
-// ErrNotHeld without a round trip. A nested (reentrant) handle's Release
-// returns nil without a round trip.
+// lock's owner value, and returns as soon as no answer still to come could
+// change the result (with healthy nodes: once a majority deleted the key);
+// the other deletes end in the background and Client.Close waits for them.
+// It runs even if ctx is already canceled, and waits for a node at most the
+// per-node timeout (see Releasing in the package doc for the queue in front
+// of it and what is left on the nodes). It returns nil when a majority
+// answered and the key is ours on none of them; a *QuorumError wrapping
+// ErrNotHeld when a majority said the key had expired or been taken (keys of
+// ours elsewhere are deleted all the same); one wrapping ErrNoQuorum when
+// fewer than a majority answered (the rest expire at their TTL); ErrClosed
+// after Close. Once called, Validity is zero or negative on every handle; a
+// Lease keeping the lock is stopped first; Release calls of one lock run one
+// at a time, later ones returning ErrNotHeld without a round trip; a nested
+// handle's Release returns nil. Under WithMinHold the keys expire at the
+// hold's end instead.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
@@ -575,32 +534,17 @@ func (rc releaseCount) decided() bool {
 
 // Extend makes the lock live at least ttl more on every node that still
 // holds it and returns a new Lock whose validity is ttl − elapsed − drift
-// from the start of the extension. It succeeds only if a majority applied it,
-// and never revives a lock whose Validity is no longer positive (run out,
-// released, or declared lost by its Lease): then it returns ErrNotHeld
-// without a round trip, and so does an extension in flight when Release is
-// called. The fencing token is kept.
-//
-// Extend never shortens a key's remaining TTL on a node: a ttl shorter than
-// what is left there leaves the key as it is, and the new Lock's validity is
-// then a lower bound. So no Extend — failed, successful, or applied on a node
-// after it returned — can end the lock before the deadline of a handle it
-// was called on (the receiver, and every handle before it, keep their
-// deadlines).
-//
-// When a majority applied the extension in time, nodes that had answered
-// that the key is gone (restarted empty, or expired it early) get it back, set
-// only if absent with the time left, and, with the amnesia guard on, vouched
-// for by this holder: a lock kept alive survives rolling restarts of nodes
-// without persistence. It is never put where another owner holds the key,
-// nor when the majority is gone. That costs one more round trip, only then.
-//
-// Errors: ErrInvalidArgument for a bad ttl (also one longer than the
-// retention, see WithRetention); a *QuorumError wrapping ErrNotHeld when the
-// lock is no longer held (expired here, or a majority of nodes say the key is
-// gone or someone else's), or ErrNoQuorum when too few nodes answered (the
-// receiver stays valid until its own deadline). The context's error is
-// wrapped too when ctx ended.
+// from the start of the extension; the fencing token is kept. It succeeds
+// only if a majority applied it, and never revives a lock whose Validity is
+// no longer positive (run out, released, or declared lost by its Lease):
+// then it returns ErrNotHeld without a round trip, as does an extension in
+// flight when Release is called. It never shortens a key's remaining TTL,
+// and after a winning vote it puts the key back on nodes that lost it (see
+// Extending in the package doc). Errors: ErrInvalidArgument for a bad ttl
+// (also one longer than the retention, WithRetention); a *QuorumError
+// wrapping ErrNotHeld when the lock is no longer held, or ErrNoQuorum when
+// too few nodes answered (the receiver stays valid until its own deadline);
+// ctx's error is wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
 	start := time.Now()

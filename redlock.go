@@ -186,6 +186,43 @@
 // never the current one. Reads that fewer than a majority answer send
 // nothing.
 //
+// # Releasing
+//
+// Lock.Release waits for a node at most the per-node timeout, counted from
+// the delete's turn on that node: on the nodes Dial connects to, a delete may
+// first wait for a free connection (see Node timeouts) until the lock's keys
+// would be gone on their own (the longest TTL the lock used, plus two
+// per-node timeouts, from now), so with a long queue in this client Release
+// can take that long. It judges only the nodes that answered (deleted, "not
+// held" or "taken"); an unreachable, timed-out or failing node did not. When
+// it returns early, the *QuorumError's Nodes show the nodes still to answer
+// as OutcomePending, and Granted counts the deletes done by then.
+//
+// The deletes still running when Release returns, and the node calls of the
+// acquisition and of extensions that their votes did not wait for, end in the
+// background, each bounded by the per-node timeout (a straggler's delete by
+// its acquire call's, then its own); the Client tracks them, and Client.Close
+// waits for them. A node's delete is sent only once that node's own acquire
+// call has returned, never beside it: go-redis's connection pool may run two
+// commands to one node in either order, and a delete that overtook its SET
+// would leave the key until its TTL. So once Release and then Close have
+// returned, no key of this lock is left on a node that answered in time (nor
+// on one that answered late but within the per-node timeouts).
+//
+// # Extending
+//
+// Lock.Extend never shortens a key's remaining TTL on a node: a ttl shorter
+// than what is left there leaves the key as it is, and the new Lock's
+// validity is then a lower bound. So no Extend (failed, successful, or
+// applied on a node after it returned) can end the lock before the deadline
+// of a handle it was called on. When a majority applied the extension in
+// time, nodes that had answered that the key is gone (restarted empty, or
+// expired it early) get it back, set only if absent with the time left and,
+// with the amnesia guard on, vouched for by this holder: a lock kept alive
+// survives rolling restarts of nodes without persistence. It is never put
+// where another owner holds the key, nor when the majority is gone; that
+// costs one more round trip, only then.
+//
 // # Logs from go-redis
 //
 // The package logs only through WithLogger, and never by default. go-redis,
