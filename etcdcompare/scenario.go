@@ -271,6 +271,9 @@ func Catalogue() []Scenario {
 			Faults: []Fault{{AfterFirst: true, Pick: PickHolder, Action: Isolate}},
 		},
 		{Name: "late-extension", Redlock: "late-extension", NotApplicable: "not applicable: it tests the owner check of Redlock's extend script; an etcd holder never extends its lock itself, its Session keeps the lease alive"},
+		{Name: "clock-back-amnesia", Redlock: "clock-back-amnesia", NotApplicable: clockNA},
+		{Name: "election-turns", Redlock: "election-turns", NotApplicable: "not applicable here: it is the Redlock leader election's scenario; etcd's concurrency.Election was not compared"},
+		{Name: "leader-isolated", Redlock: "leader-isolated", NotApplicable: "not applicable here: it is the Redlock leader election's scenario; etcd's concurrency.Election was not compared"},
 		{Name: "exec-asymmetric-partition", Redlock: "exec-asymmetric-partition", NotApplicable: "not applicable: it tests how redlock exec stops its job when the lock is lost, and etcd has no redlock exec; the lock itself is covered by holder-partitioned"},
 	}
 }
