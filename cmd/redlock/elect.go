@@ -109,15 +109,9 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 		return f, exitUsage, false
 	}
 	f.command = fs.Args()
-	source := "--nodes"
-	if *nodes == "" {
-		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
-	}
 	var err error
-	f.nodes, err = splitNodes(*nodes)
-	if err != nil {
-		err = fmt.Errorf("%s: %w", source, err)
-	} else {
+	f.nodes, err = nodesFlag(*nodes)
+	if err == nil {
 		err = f.check()
 	}
 	if err != nil {

@@ -174,15 +174,9 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 		return f, exitUsage, false
 	}
 	f.command = fs.Args()
-	source := "--nodes"
-	if *nodes == "" {
-		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
-	}
 	var err error
-	f.nodes, err = splitNodes(*nodes)
-	if err != nil {
-		err = fmt.Errorf("%s: %w", source, err)
-	} else {
+	f.nodes, err = nodesFlag(*nodes)
+	if err == nil {
 		err = f.check()
 	}
 	if err != nil {
@@ -288,6 +282,20 @@ func printHelp(w io.Writer, fs *flag.FlagSet, help string) {
 	fmt.Fprint(w, help)
 	fs.SetOutput(w)
 	printDefaults(fs)
+}
+
+// nodesFlag returns the nodes of --nodes, or of $REDLOCK_NODES when the flag
+// is empty; an error names the one it read.
+func nodesFlag(flagValue string) ([]string, error) {
+	source := "--nodes"
+	if flagValue == "" {
+		flagValue, source = os.Getenv(nodesEnv), "$"+nodesEnv
+	}
+	nodes, err := splitNodes(flagValue)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return nodes, nil
 }
 
 // splitNodes splits a comma-separated node list; "host:port" means
