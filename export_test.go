@@ -56,3 +56,7 @@ func NotifyState(c *Client) (waiters, subscribed int) {
 func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Option) (*Client, error) {
 	return dial(urls, adjust, opts)
 }
+
+// CloseGrace is how long Close gives the calls it stopped at its bound to
+// end.
+const CloseGrace = closeGrace

@@ -101,13 +101,14 @@ func (s *lockState) noteTTL(ttl time.Duration) {
 }
 
 // keysGoneBy returns a time by which every key of the lock has expired on
-// its own, from now: every call that set or extended one has returned or
-// will have ended within two per-node timeouts (a straggling extension
-// that waited its turn), and none set a TTL longer than longestTTL. A
-// delete waiting for a node's turn gives up then: past it there is nothing
-// left to delete.
+// its own, from now: an acquire call may still set one until its attempt's
+// start + TTL (it waits that long for its reply), every other call that set
+// or extended one will have ended within two per-node timeouts (a
+// straggling extension that waited its turn), and none set a TTL longer
+// than longestTTL. A delete waiting for a node's turn gives up then: past
+// it there is nothing left to delete.
 func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
-	return time.Now().Add(time.Duration(s.longestTTL.Load()) + 2*timeout)
+	return time.Now().Add(2*time.Duration(s.longestTTL.Load()) + 2*timeout)
 }
 
 // newLockState is the state of an acquisition on n nodes, none of which
@@ -169,6 +170,9 @@ func (ac *acquireCalls) wakeWaiters() {
 	}
 	ac.mu.Unlock()
 }
+
+// ended reports whether node i's call has returned.
+func (ac *acquireCalls) ended(i int) bool { return ac.state[i].Load() >= callReturned }
 
 // returned reports whether node i's call has returned and no put-back is
 // running there, and if so, whether the call was never sent and nothing
@@ -315,11 +319,12 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // finish in the background (see below). It waits for a node at most the
 // per-node timeout, counted from the delete's turn on that node: on the
 // nodes Dial connects to, a delete may first wait for a free connection
-// (WithNodeTimeout) until the lock's keys would be gone on their own (the
-// longest TTL the lock used, plus two per-node timeouts, from now), so with
-// a long queue in this client Release can take that long. It runs even if
-// ctx is already canceled (a half-done
-// release would leave keys until their TTL); ctx's values are passed on.
+// (WithNodeTimeout) until the lock's keys would be gone on their own (twice
+// the longest TTL the lock used, plus two per-node timeouts, from now: a late
+// grant may set a key up to a TTL after its attempt began), so with a long
+// queue in this client Release can take that long (Close cuts it short).
+// It runs even if ctx is already canceled (a half-done release would leave
+// keys until their TTL); ctx's values are passed on.
 //
 // It returns, looking only at the nodes that answered (deleted, "not held" or
 // "taken"; an unreachable, timed-out or failing node did not):
@@ -346,16 +351,16 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 //
 // The deletes still running when Release returns, and the node calls of the
 // acquisition and of extensions that their votes did not wait for, end in
-// the background, each bounded by the per-node timeout (a straggler's
-// delete by its acquire call's, then its own); the Client tracks them, and
-// Client.Close waits for them. A node's delete is sent only once
-// that node's own acquire call has returned (then with a per-node timeout of
-// its own), never beside it: go-redis's connection pool may run two
-// commands to one node in either order, and a delete that overtook its SET
-// would leave the key until its TTL (docs/performance.md). So once Release
-// and then Close have returned, no key of this lock is left on a node that
-// answered in time (nor on one that answered late but within the per-node
-// timeouts).
+// the background: a delete or an extension within the per-node timeout, an
+// acquire call when its reply comes (at most the TTL after its attempt
+// began); the Client tracks them, and Client.Close waits for them within
+// its bound. A node's delete is sent only once that node's own acquire call
+// has returned (then with a per-node timeout of its own), never beside it:
+// go-redis's connection pool may run two commands to one node in either
+// order, and a delete that overtook its SET would leave the key until its
+// TTL (docs/performance.md). So once Release and then Close have returned,
+// no key of this lock is left on a node that answered in time, nor on one
+// whose late reply came within Close's bound.
 //
 // Once Release is called the lock's Validity is zero or negative on every
 // handle, whatever the result. A Lease that keeps this lock alive is stopped
@@ -385,7 +390,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, newQuorumError(OpRelease, l.key, c.quorum, nil, ErrNotHeld, errAlreadyReleased)
 	}
 	timeout := l.cfg.timeoutFor(l.ttl)
-	done, open := c.begin() // Close waits for the release from here
+	done, open := c.begin(timeout) // Close waits for the release from here
 	defer done()
 	if !open {
 		return nil, ErrClosed
@@ -600,7 +605,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := l.cfg.checkRetention(ttl); err != nil {
 		return nil, nil, err
 	}
-	done, open := c.begin() // Close waits for the extension from here
+	done, open := c.begin(timeout) // Close waits for the extension from here
 	defer done()
 	if !open {
 		return nil, nil, ErrClosed

@@ -117,6 +117,10 @@ type notifier struct {
 	subs      []*nodeSub             // by node index; nil for a node without pub/sub
 	done      chan struct{}          // closed by close
 	wg        sync.WaitGroup         // the node goroutines
+	// ctx ends with close: the pub/sub connections' commands (a dial in
+	// flight included) give up at once, so close does not wait for them.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // nodeSub is one node's pub/sub connection, used by that node's goroutine
@@ -222,6 +226,7 @@ func (n *notifier) start() {
 	n.started = true
 	n.waiters = make(map[string]*lockWaiter)
 	n.done = make(chan struct{})
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
 	for i, nd := range n.c.nodes {
@@ -229,7 +234,7 @@ func (n *notifier) start() {
 		if !ok || isNil(s) {
 			continue
 		}
-		ns := &nodeSub{idx: i, ps: s.Subscribe(context.Background()), kick: make(chan struct{}, 1), have: make(map[string]bool)}
+		ns := &nodeSub{idx: i, ps: s.Subscribe(n.ctx), kick: make(chan struct{}, 1), have: make(map[string]bool)}
 		n.subs[i] = ns
 		some = true
 		n.wg.Add(2)
@@ -287,7 +292,7 @@ func (n *notifier) receive(ns *nodeSub) {
 	defer n.wg.Done()
 	backoff := receiveBackoff
 	for {
-		m, err := ns.ps.Receive(context.Background())
+		m, err := ns.ps.Receive(n.ctx)
 		if err != nil {
 			t := time.NewTimer(backoff)
 			select {
@@ -335,7 +340,7 @@ func (n *notifier) reconcile(ns *nodeSub) {
 		}
 	}
 	n.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, subscribeTimeout)
 	defer cancel()
 	// Unsubscribe first: a woken waiter's channel must be gone before the
 	// next release looks for the lowest ticket. go-redis records the
@@ -508,13 +513,19 @@ func (n *notifier) yielding(name string) bool {
 	return ok && time.Since(at) < handoffWindow
 }
 
-// close ends the pub/sub connections and their goroutines, and wakes every
-// waiter (its Acquire then returns ErrClosed).
-func (n *notifier) close() {
+// close wakes every waiter (its Acquire then returns ErrClosed), ends the
+// pub/sub connections' commands in flight (ctx), and closes the connections.
+// It returns a channel closed once the connections and their goroutines
+// have ended: a connection's set-up that its context does not end (a read
+// in flight) holds its PubSub until the set-up's own deadline, and Client.Close
+// waits for that only within its bound.
+func (n *notifier) close() <-chan struct{} {
+	ended := make(chan struct{})
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return
+		close(ended)
+		return ended
 	}
 	n.closed = true
 	started := n.started
@@ -527,12 +538,17 @@ func (n *notifier) close() {
 	}
 	if started {
 		close(n.done)
+		n.cancel()
 	}
 	n.mu.Unlock()
 	for _, ns := range subs {
 		if ns != nil {
-			_ = ns.ps.Close()
+			n.wg.Go(func() { _ = ns.ps.Close() })
 		}
 	}
-	n.wg.Wait()
+	go func() {
+		n.wg.Wait()
+		close(ended)
+	}()
+	return ended
 }
