@@ -38,13 +38,15 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
-		// (its clean-up included; they ran during the retry delay): attempts
-		// never overlap on a node, so the clean-up has deleted the last
-		// attempt's key before the next SET NX could find it, and a long
-		// wait holds one attempt's calls, goroutines and pooled connections
-		// whatever the number of attempts.
+		// or outlived its vote (its clean-up included; they ran during the
+		// retry delay), and asks no node whose call of the last attempt
+		// still waits for its reply (calls.last): attempts never overlap on
+		// a node, so the clean-up has deleted the last attempt's key before
+		// the next SET NX could find it, and a long wait holds one attempt's
+		// calls, goroutines and pooled connections per node whatever the
+		// number of attempts.
 		calls.wait()
-		done, open := c.begin() // Close waits for the attempt from here
+		done, open := c.begin(cfg.timeoutFor(ttl)) // Close waits for the attempt from here
 		if !open {
 			return nil, ErrClosed
 		}
@@ -242,20 +244,24 @@ func (o *outage) answered(started time.Time, nodes []NodeResult) {
 
 // voteCalls holds the done channels of the votes one attempt started (its
 // vote, write-back and clean-up), each closed once that vote's node calls
-// have all ended.
-type voteCalls []<-chan struct{}
+// have all ended (the acquisition's: ended or outlived the vote), and the
+// acquire calls of the latest attempt.
+type voteCalls struct {
+	done []<-chan struct{}
+	last *lockState // the latest attempt's: see acquisition.vote
+}
 
 // add tracks one more vote.
-func (vc *voteCalls) add(done <-chan struct{}) { *vc = append(*vc, done) }
+func (vc *voteCalls) add(done <-chan struct{}) { vc.done = append(vc.done, done) }
 
 // wait waits for every node call of the votes tracked (each bounded by the
 // per-node timeout), then forgets them.
 func (vc *voteCalls) wait() {
-	for _, done := range *vc {
+	for _, done := range vc.done {
 		<-done
 	}
-	clear(*vc)
-	*vc = (*vc)[:0]
+	clear(vc.done)
+	vc.done = vc.done[:0]
 }
 
 // errShed is the error of a call not sent to a node because that node
@@ -339,9 +345,11 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	return r
 }
 
-// late receives a reply that arrived after the vote was decided. Grants that
-// come while the attempt is still undecided (it may be writing the token
-// back) wait for decide.
+// late receives a reply that arrived after the vote was decided: the acquire
+// calls wait for their reply until the key would have expired (voteAcquire),
+// so a grant that lands after the caller gave up is seen and taken back.
+// Grants that come while the attempt is still undecided (it may be writing
+// the token back) wait for decide.
 //
 // A "taken" from a node whose client may re-send a command (!noResend) can
 // be about our own key: the first copy of the SET applied, its reply was
@@ -351,6 +359,16 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 // key is the holder's, and Release deletes it on every node.)
 func (a *acquisition) late(r reply) {
 	if r.err != nil {
+		// No answer, though the call was sent: its SET may have run.
+		// After a failure, the clean-up left this node to this reply.
+		if !errors.Is(r.err, errNotSent) {
+			a.mu.Lock()
+			st := a.state
+			a.mu.Unlock()
+			if st == failed {
+				a.settle(r, failed, 0)
+			}
+		}
 		return
 	}
 	if r.code == codeTaken && !a.c.nodes[r.idx].noResend {
@@ -531,12 +549,19 @@ func (a *acquisition) acquireCall() *scriptCall {
 }
 
 // vote asks every node for the key and decides at the quorum; the node
-// calls still running then are counted as stragglers (node.late).
+// calls still running then are counted as stragglers (node.late). Each call
+// waits for its reply until the key would have expired had it been set when
+// the attempt began, so that a late grant is seen (late). A node whose call
+// of the Acquire's previous attempt still waits for its reply is not asked
+// (it stays pending), nor is any node once ctx has ended.
 func (a *acquisition) vote(calls *voteCalls) *tally {
 	c := a.c
-	acq, done := c.voteAcquire(a.voteCtx, a.timeout, func(ctx context.Context, n *node) reply {
+	prev := calls.last
+	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
 		r := reply{err: errShed, shed: true}
-		if c.enter(n, true) {
+		if err := a.ctx.Err(); err != nil {
+			r = reply{err: fmt.Errorf("%w: %w", errNotSent, err)}
+		} else if (prev == nil || prev.calls.ended(n.idx)) && c.enter(n, true) {
 			r = a.grant(ctx, n)
 			n.exit()
 		}
@@ -546,7 +571,8 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 		}
 		return r
 	}, a.late)
-	calls.add(done)
+	calls.add(over)
+	calls.last = a.shared
 	for i, n := range c.nodes {
 		if a.shared.calls.markLate(i) { // a straggler
 			n.late.Add(1)
@@ -625,7 +651,11 @@ func (a *acquisition) undo() *scriptCall {
 }
 
 // cleanUp takes the failed attempt's grants back (undo) on every node that
-// may hold its key: all but those that answered "taken". The Redlock spec unlocks every
+// may hold its key: all but those that answered "taken". Where the acquire
+// call still waits for its reply, the undo does not wait for a free
+// connection, and late sends another once the reply, or the call's failure,
+// comes: the first may have overtaken the SET, or not been sent. The
+// Redlock spec unlocks every
 // instance, since a node whose reply was lost may have set the key; a
 // "taken" reply is no such node when the node's client never re-sends a
 // command (node.noResend: Dial's clients, and New's with MaxRetries -1): it
@@ -646,6 +676,14 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		}
 		if acq.results[n.idx].Outcome == OutcomeTaken && n.noResend {
 			return reply{code: codeTaken} // our SET did not apply there
+		}
+		if !a.shared.calls.ended(n.idx) {
+			// Its acquire call still waits for its reply, on one of the
+			// node's connections: the undo gets a free one now or is
+			// left to late (on the nodes Dial connects to).
+			nctx, _, cancel := c.nodeContext(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now(), nil), a.timeout)
+			defer cancel()
+			ctx = nctx
 		}
 		c.enter(n, false)
 		defer n.exit()

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,9 +53,11 @@ func TestRelease_AfterAFailedLongerExtendLeavesNoKey(t *testing.T) {
 	})
 }
 
-// Close while Release waits for a queued delete: Close must wait and return,
-// and Release must end.
-func TestClose_WaitsForAQueuedRelease(t *testing.T) {
+// Close while Release waits for a queued delete (the client's queue is
+// busy with other keys' calls, 100 ms each): Close does not wait for the
+// queue beyond its bound (one per-node timeout, then its grace), the
+// Release ends then, and the keys it could not delete expire at their TTL.
+func TestClose_StopsAReleaseQueuedPastItsBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nodes, rl := dialCluster(t, 3, 1)
 		l, err := rl.Acquire(context.Background(), "k", 2*time.Second)
@@ -61,17 +66,13 @@ func TestClose_WaitsForAQueuedRelease(t *testing.T) {
 		relDone := make(chan error, 1)
 		go func() { relDone <- l.Release(context.Background()) }()
 		time.Sleep(time.Millisecond)
-		closeDone := make(chan error, 1)
-		go func() { closeDone <- rl.Close() }()
-		synctest.Wait()
-		select {
-		case err := <-closeDone:
-			t.Fatalf("Close returned (%v) before the queued Release ended", err)
-		default:
-		}
-		require.NoError(t, <-relDone)
-		require.NoError(t, <-closeDone)
+		start := time.Now()
+		require.NoError(t, rl.Close())
+		assert.LessOrEqual(t, time.Since(start), defaultTimeout10s+redlock.CloseGrace)
+		relErr := <-relDone
+		t.Logf("release: %v", relErr)
 		wait()
+		time.Sleep(2 * time.Second)
 		for i, n := range nodes {
 			assert.False(t, n.Has("k"), "node %d", i)
 		}
@@ -197,4 +198,103 @@ func fillQueues(rl *redlock.Client, nodes []*testNode, delay time.Duration, call
 	}
 	time.Sleep(time.Millisecond)
 	return wg.Wait
+}
+
+// Close returns within the longest per-node timeout its calls used, plus
+// closeGrace, whatever the nodes do. Here they run every script an hour late
+// (they answer nothing), after an Acquire that gave up at 400 ms and a
+// TryAcquire, both with a 10 s TTL (per-node timeout 100 ms): their calls,
+// which wait for a reply, and their clean-up's deletes (on the nodes Dial
+// connects to, waiting for a connection until the key would expire) are
+// still in flight when Close is called.
+func TestClose_ReturnsWithinTheNodeTimeoutWhateverTheNodesDo(t *testing.T) {
+	for _, dial := range []bool{false, true} {
+		t.Run(fmt.Sprint("dial=", dial), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := lateCluster(t, dial)
+				for _, nd := range nodes {
+					nd.Slow(time.Hour)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+				defer cancel()
+				_, err := rl.Acquire(ctx, "job", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				// The calls wait for their reply, the vote does not: one
+				// per-node timeout for it, one for the clean-up's deletes.
+				start := time.Now()
+				_, err = rl.TryAcquire(context.Background(), "job", ttl10s)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				assert.Equal(t, 2*defaultTimeout10s, time.Since(start))
+				start = time.Now()
+				require.NoError(t, rl.Close())
+				assert.LessOrEqual(t, time.Since(start), defaultTimeout10s+redlock.CloseGrace)
+			})
+		})
+	}
+}
+
+// hangingDials is a node dialer: a pub/sub connection's dial never connects
+// (it waits until its context ends, and records how that ended); any other
+// dial is refused at once (go-redis dials its pool's connections in the
+// background, on a context of its own that nothing but its DialTimeout
+// ends).
+type hangingDials struct {
+	mu    sync.Mutex
+	wg    sync.WaitGroup
+	ended []error
+}
+
+func (h *hangingDials) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	if !strings.Contains(string(debug.Stack()), "(*PubSub)") {
+		return nil, errRefused
+	}
+	h.wg.Add(1)
+	defer h.wg.Done()
+	<-ctx.Done()
+	h.mu.Lock()
+	h.ended = append(h.ended, ctx.Err())
+	h.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// Nodes that refuse every connection but leave a pub/sub connection's dial
+// hanging until its context ends (the dial timeout is a minute): an
+// Acquire that gave up at 400 ms, after it waited between attempts, leaves
+// such a dial in flight to every node. Close ends those dials
+// (context.Canceled) rather than waiting for their timeout. Real time, no
+// redis-server needed.
+func TestClose_EndsAPubSubDialInFlight(t *testing.T) {
+	for _, dial := range []bool{false, true} {
+		t.Run(fmt.Sprint("dial=", dial), func(t *testing.T) {
+			h := &hangingDials{}
+			// A large pool: its background re-dial loop, which starts after as many
+			// refused dials as the pool has connections, outlives the test.
+			adjust := func(o *redis.Options) { o.Dialer, o.DialTimeout, o.PoolSize = h.dial, time.Minute, 1000 }
+			addrs := []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}
+			var rl *redlock.Client
+			var err error
+			if dial {
+				rl, err = redlock.DialWith(addrs, func(_ int, o *redis.Options) { adjust(o) })
+			} else {
+				clients := make([]redis.UniversalClient, len(addrs))
+				for i, a := range addrs {
+					rc := redlock.NewNodeClient(a, adjust)
+					defer func() { _ = rc.Close() }()
+					clients[i] = rc
+				}
+				rl, err = redlock.New(clients)
+			}
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+			defer cancel()
+			_, err = rl.Acquire(ctx, "job", ttl10s)
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			require.NoError(t, rl.Close())
+			h.wg.Wait()
+			require.NotEmpty(t, h.ended, "no pub/sub connection was dialed")
+			for i, err := range h.ended {
+				assert.ErrorIs(t, err, context.Canceled, "pub/sub dial %d ended by its own timeout", i)
+			}
+		})
+	}
 }

@@ -246,7 +246,7 @@ type publisher interface {
 // the nodes. The messages are sent in the background, each within timeout;
 // Close waits for them.
 func (c *Client) announce(ctx context.Context, onNodes, msg string, timeout time.Duration) {
-	done, open := c.begin()
+	done, open := c.begin(timeout)
 	if !open {
 		done()
 		return
@@ -334,16 +334,16 @@ func (c *Client) leaderKey(name string, opts []Option) (string, config, error) {
 // readLeader reads every node's state of the election's key and returns
 // the (identity, term) a majority agrees on.
 func (c *Client) readLeader(ctx context.Context, onNodes string, cfg config) (Leader, error) {
-	done, open := c.begin()
+	timeout := cfg.nodeTimeout
+	if timeout <= 0 {
+		timeout = inspectTimeout
+	}
+	done, open := c.begin(timeout)
 	defer done()
 	if !open {
 		return Leader{}, ErrClosed
 	}
 	keys := []string{onNodes, fenceKey(onNodes), epochKey(onNodes)}
-	timeout := cfg.nodeTimeout
-	if timeout <= 0 {
-		timeout = inspectTimeout
-	}
 	states := make([]NodeState, len(c.nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {

@@ -68,3 +68,7 @@ func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Optio
 // VouchDelay is how long after a successful acquisition the vouching of
 // untrusted grants that need no token written back waits (finishGrants).
 const VouchDelay = vouchDelay
+
+// CloseGrace is how long Close gives the calls it stopped at its bound to
+// end.
+const CloseGrace = closeGrace

@@ -34,6 +34,7 @@ type testNode struct {
 
 	refused atomic.Bool
 	dials   atomic.Int64   // dial calls, refused ones included
+	replies atomic.Int64   // DelayReplies: ns each reply waits before the client can read it
 	srvMu   sync.Mutex     // orders dial's ServeConn against Refuse's Close
 	srv     *server.Server // nil while refused; srvMu
 	mu      sync.Mutex
@@ -161,6 +162,11 @@ func (n *testNode) SlowIf(d time.Duration, match func(cmd string, args []string)
 	}
 }
 
+// DelayReplies makes every reply the node writes from now on reach its
+// client d later (the command has run at once), on the connections that
+// dial makes (newCluster's clients, not dialCluster's).
+func (n *testNode) DelayReplies(d time.Duration) { n.replies.Store(int64(d)) }
+
 // Refuse makes the node unreachable: new dials are refused and the server
 // closes its open connections. Its data stays readable through n.m.
 func (n *testNode) Refuse() {
@@ -205,7 +211,7 @@ func (n *testNode) dial() (net.Conn, error) {
 		return nil, errRefused
 	}
 	c, s := net.Pipe()
-	n.srv.ServeConn(newServerConn(s))
+	n.srv.ServeConn(newServerConn(s, &n.replies))
 	return c, nil
 }
 
@@ -220,15 +226,22 @@ func (n *testNode) dial() (net.Conn, error) {
 // bubble's clock stops and the sleep never ends: the test hangs.
 type serverConn struct {
 	net.Conn
+	delay  *atomic.Int64 // ns each write waits before it is copied out
 	mu     sync.Mutex
-	queued []byte
+	queued []outChunk
 	closed bool
 	more   chan struct{} // buffered: queued is not empty
 	done   chan struct{} // closed by Close
 }
 
-func newServerConn(c net.Conn) *serverConn {
-	s := &serverConn{Conn: c, more: make(chan struct{}, 1), done: make(chan struct{})}
+// outChunk is one write, and when the client may read it.
+type outChunk struct {
+	b  []byte
+	at time.Time
+}
+
+func newServerConn(c net.Conn, delay *atomic.Int64) *serverConn {
+	s := &serverConn{Conn: c, delay: delay, more: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.copyOut()
 	return s
 }
@@ -240,7 +253,7 @@ func (s *serverConn) Write(p []byte) (int, error) {
 		s.mu.Unlock()
 		return 0, net.ErrClosed
 	}
-	s.queued = append(s.queued, p...)
+	s.queued = append(s.queued, outChunk{b: append([]byte(nil), p...), at: time.Now().Add(time.Duration(s.delay.Load()))})
 	s.mu.Unlock()
 	select {
 	case s.more <- struct{}{}:
@@ -249,7 +262,8 @@ func (s *serverConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// copyOut writes what was queued into the pipe, in order, until Close.
+// copyOut writes what was queued into the pipe, in order, each write no
+// sooner than its delay allows, until Close.
 func (s *serverConn) copyOut() {
 	for {
 		select {
@@ -258,11 +272,22 @@ func (s *serverConn) copyOut() {
 			return
 		}
 		s.mu.Lock()
-		b := s.queued
+		queued := s.queued
 		s.queued = nil
 		s.mu.Unlock()
-		if _, err := s.Conn.Write(b); err != nil {
-			return
+		for _, ch := range queued {
+			if wait := time.Until(ch.at); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-s.done:
+					t.Stop()
+					return
+				}
+			}
+			if _, err := s.Conn.Write(ch.b); err != nil {
+				return
+			}
 		}
 	}
 }

@@ -70,6 +70,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 	}
 	states := make([]NodeState, len(c.nodes))
 	var wg sync.WaitGroup
+	c.noteTimeout(timeout)
 	defer c.track()()
 	for i, n := range c.nodes {
 		wg.Go(func() {

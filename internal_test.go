@@ -162,7 +162,7 @@ func TestVote_FinishedCallsDecideItNotTheClock(t *testing.T) {
 				return reply{err: errShed, shed: true}
 			}
 			return reply{code: codeApplied}
-		}, nil, false)
+		}, nil, false, time.Time{})
 		<-b.done // every call has finished and queued its reply
 		tl, _ := b.count(context.Background())
 		assert.Equal(t, 2, tl.granted)

@@ -106,13 +106,14 @@ func (s *lockState) noteTTL(ttl time.Duration) {
 }
 
 // keysGoneBy returns a time by which every key of the lock has expired on
-// its own, from now: every call that set or extended one has returned or
-// will have ended within two per-node timeouts (a straggling extension
-// that waited its turn), and none set a TTL longer than longestTTL. A
-// delete waiting for a node's turn gives up then: past it there is nothing
-// left to delete.
+// its own, from now: an acquire call may still set one until its attempt's
+// start + TTL (it waits that long for its reply), every other call that set
+// or extended one will have ended within two per-node timeouts (a
+// straggling extension that waited its turn), and none set a TTL longer
+// than longestTTL. A delete waiting for a node's turn gives up then: past
+// it there is nothing left to delete.
 func (s *lockState) keysGoneBy(timeout time.Duration) time.Time {
-	return time.Now().Add(time.Duration(s.longestTTL.Load()) + 2*timeout)
+	return time.Now().Add(2*time.Duration(s.longestTTL.Load()) + 2*timeout)
 }
 
 // newLockState is the state of an acquisition on n nodes, none of which
@@ -174,6 +175,9 @@ func (ac *acquireCalls) wakeWaiters() {
 	}
 	ac.mu.Unlock()
 }
+
+// ended reports whether node i's call has returned.
+func (ac *acquireCalls) ended(i int) bool { return ac.state[i].Load() >= callReturned }
 
 // returned reports whether node i's call has returned and no put-back is
 // running there, and if so, whether the call was never sent and nothing
@@ -363,7 +367,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, newQuorumError(OpRelease, l.key, c.quorum, nil, ErrNotHeld, errAlreadyReleased)
 	}
 	timeout := l.cfg.timeoutFor(l.ttl)
-	done, open := c.begin() // Close waits for the release from here
+	done, open := c.begin(timeout) // Close waits for the release from here
 	defer done()
 	if !open {
 		return nil, ErrClosed
@@ -563,7 +567,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	if err := l.cfg.checkRetention(ttl); err != nil {
 		return nil, nil, err
 	}
-	done, open := c.begin() // Close waits for the extension from here
+	done, open := c.begin(timeout) // Close waits for the extension from here
 	defer done()
 	if !open {
 		return nil, nil, ErrClosed

@@ -42,14 +42,20 @@ const queueSlack = time.Millisecond
 // waiter's channel: no goroutine beyond the waiting caller, and a wait that
 // testing/synctest sees as durably blocked.
 type nodeQueue struct {
-	size    int
+	size int
+	// stopped, when closed, ends every wait for a slot (Client.Close, at
+	// its bound): the command is not sent.
+	stopped <-chan struct{}
+	// stale counts the slots held by a lingering vote's calls that have
+	// outlived the per-node timeout and still wait for a reply (lingerVote).
+	stale   atomic.Int32
 	mu      sync.Mutex
 	busy    int     // slots taken; while a command waits, busy == size
 	waiting waiters // a min-heap on turn
 }
 
-func newNodeQueue(size int) *nodeQueue {
-	return &nodeQueue{size: max(size, 1)}
+func newNodeQueue(size int, stopped <-chan struct{}) *nodeQueue {
+	return &nodeQueue{size: max(size, 1), stopped: stopped}
 }
 
 // turn is a command's place in the queues of a Client's nodes: the start of
@@ -273,6 +279,9 @@ func (q *nodeQueue) admit(ctx context.Context) (admission, error) {
 	}
 	if w == nil && nc != nil && time.Since(nc.start) < queueSlack {
 		nc.hold(q)
+		if nc.linger {
+			nc.slotTaken(q)
+		}
 		return admission{ctx: ctx, held: nc}, nil
 	}
 
@@ -292,6 +301,12 @@ func (q *nodeQueue) admit(ctx context.Context) (admission, error) {
 			if err := q.wait(w, nc.parent, nc.unwanted, nc.start, nc.queueBy); err != nil {
 				return admission{}, err
 			}
+		}
+		if nc.linger {
+			// Its deadline is the wait for its reply, whenever it was sent.
+			nc.hold(q)
+			nc.slotTaken(q)
+			return admission{ctx: ctx, held: nc}, nil
 		}
 		now = time.Now()
 		cctx, cancel := context.WithDeadline(nc.parent, earliest(now.Add(nc.timeout), nc.end))
@@ -314,7 +329,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // wait blocks until w is given a slot, by passes (zero: never), unwanted is
-// closed, or ctx ends (nil: never).
+// closed, ctx ends (nil: never), or the queue is stopped.
 func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, from, by time.Time) error {
 	var (
 		done  <-chan struct{}
@@ -336,6 +351,8 @@ func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{
 		err = ctx.Err()
 	case <-unwanted:
 		err = errUnwanted
+	case <-q.stopped:
+		err = errQueueStopped
 	case <-timer:
 		err = fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
 			errNotSent, by.Sub(from).Round(time.Microsecond), q.size, context.DeadlineExceeded)
@@ -349,6 +366,10 @@ func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{
 // Client.enter): the node needs no clean-up for it.
 var errNotSent = errors.New("redlock: not sent")
 
+// errQueueStopped is what a call returns that was still waiting for its
+// turn when Close stopped waiting for the Client's calls: it was never sent.
+var errQueueStopped = fmt.Errorf("%w: the client was closed while the call waited for a free connection: %w", errNotSent, ErrClosed)
+
 // errUnwanted is what a call returns that was still waiting for its turn
 // when the operation that made it no longer needed it: it was never sent.
 var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for a free connection", errNotSent)
@@ -359,7 +380,10 @@ var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for
 // expired channel, which bounds the vote's wait for answers, ends a per-node
 // timeout after queueBy, the latest time a call may still get its slot (or
 // with the parent, or when cancelled). One timer serves both instants: it
-// fires at the deadline, then again at the end.
+// fires at the first, then again at the other. A lingering vote's calls
+// (linger) wait for their reply until a deadline of their own, later than
+// the end, and the parent ends only the vote's wait (expired) and the calls'
+// wait for their turn.
 //
 // It is a context of its own rather than two nested context.WithDeadline:
 // those cost a dozen allocations per vote (two timers, a child registry,
@@ -372,6 +396,7 @@ type nodeCall struct {
 	deadline   time.Time // start + timeout, or the parent's deadline if sooner
 	queueBy    time.Time
 	end        time.Time // queueBy + timeout (or the parent's deadline): expired
+	linger     bool      // deadline is the calls' own: see lingering votes in quorum.go
 	timeout    time.Duration
 	unwanted   <-chan struct{} // see withQueueBy
 	turn       turn            // the calls' place in the nodes' queues
@@ -393,28 +418,137 @@ type nodeCall struct {
 	// cleanup is this vote's clean-up context, handed to every node call
 	// of the vote that asks for one (see cleanupContext).
 	cleanup cleanupCall
+
+	lv *lingerVote // a lingering vote's calls; nil for other votes
+}
+
+// lingerVote is what a lingering vote's nodeCall knows of each of its calls:
+// when it got its node's slot, and whether it has returned. The vote waits
+// for a call until a per-node timeout after its slot (or until the end), not
+// for its reply. A call past that and still running is stale: it counts in
+// its node's queue (nodeQueue.stale) until it returns.
+type lingerVote struct {
+	calls int // the calls the vote makes, one per node
+	recs  []lingerRec
+}
+
+type lingerRec struct {
+	q               *nodeQueue
+	slot            time.Time // zero until the call has a slot
+	returned, stale bool
+}
+
+// rec returns q's call's record, made on first use.
+func (lv *lingerVote) rec(q *nodeQueue) *lingerRec {
+	for i := range lv.recs {
+		if lv.recs[i].q == q {
+			return &lv.recs[i]
+		}
+	}
+	lv.recs = append(lv.recs, lingerRec{q: q})
+	return &lv.recs[len(lv.recs)-1]
+}
+
+// slotTaken records that the vote's call on q has its slot now.
+func (nc *nodeCall) slotTaken(q *nodeQueue) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if r := nc.lv.rec(q); r.slot.IsZero() {
+		r.slot = time.Now()
+		nc.rearm(r.slot)
+	}
+}
+
+// callReturned records that the vote's call on q has returned.
+func (nc *nodeCall) callReturned(q *nodeQueue) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	r := nc.lv.rec(q)
+	r.returned = true
+	if r.stale {
+		r.stale = false
+		q.stale.Add(-1)
+	}
+	nc.checkCalls(time.Now())
+}
+
+// checkCalls marks the calls past a per-node timeout from their slot stale,
+// and closes expired once every call has returned or is stale. nc.mu is
+// held.
+func (nc *nodeCall) checkCalls(now time.Time) {
+	done := 0
+	for i := range nc.lv.recs {
+		r := &nc.lv.recs[i]
+		if !r.returned && !r.stale && !r.slot.IsZero() && !now.Before(r.slot.Add(nc.timeout)) {
+			r.stale = true
+			r.q.stale.Add(1)
+		}
+		if r.returned || r.stale {
+			done++
+		}
+	}
+	if !nc.over && done == nc.lv.calls {
+		nc.over = true
+		close(nc.expired)
+	}
+}
+
+// rearm sets the timer for the next instant nc waits for. nc.mu is held.
+func (nc *nodeCall) rearm(now time.Time) {
+	var next time.Time
+	at := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if nc.err == nil {
+		at(nc.deadline)
+	}
+	if !nc.over {
+		at(nc.end)
+	}
+	if nc.lv != nil {
+		for _, r := range nc.lv.recs {
+			if !r.returned && !r.stale && !r.slot.IsZero() {
+				at(r.slot.Add(nc.timeout))
+			}
+		}
+	}
+	if !next.IsZero() && nc.timer != nil {
+		nc.timer.Reset(next.Sub(now))
+	}
 }
 
 // init starts nc's clock. Its channels are closed at once if the parent has
-// already ended or the deadline has passed.
-func (nc *nodeCall) init(ctx context.Context, start, by time.Time, timeout time.Duration, unwanted <-chan struct{}, t turn) {
+// already ended or the deadline has passed. A non-zero linger is the
+// deadline of a lingering vote's calls (nc.linger), which are one per node
+// of calls nodes.
+func (nc *nodeCall) init(ctx context.Context, start, by time.Time, timeout time.Duration, unwanted <-chan struct{}, t turn, linger time.Time, calls int) {
 	nc.parent, nc.parentDone = ctx, ctx.Done()
 	nc.start, nc.queueBy, nc.timeout, nc.unwanted, nc.turn = start, by, timeout, unwanted, t
 	nc.deadline, nc.end = start.Add(timeout), by.Add(timeout)
 	if d, ok := ctx.Deadline(); ok {
 		nc.deadline, nc.end = earliest(nc.deadline, d), earliest(nc.end, d)
 	}
+	if !linger.IsZero() {
+		nc.linger, nc.deadline = true, linger
+		nc.lv = &lingerVote{calls: calls, recs: make([]lingerRec, 0, calls)}
+	}
 	nc.done, nc.expired = make(chan struct{}), make(chan struct{})
 	if err := ctx.Err(); err != nil {
-		nc.stop(err)
-		return
+		if nc.linger {
+			nc.expire() // no call is sent (the queue's wait ends with ctx)
+		} else {
+			nc.stop(err)
+			return
+		}
 	}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	if nc.parentDone != nil {
+	if nc.parentDone != nil && !nc.over {
 		nc.stopParent = context.AfterFunc(ctx, nc.parentEnded)
 	}
-	nc.timer = time.AfterFunc(time.Until(nc.deadline), nc.tick)
+	nc.timer = time.AfterFunc(time.Until(earliest(nc.deadline, nc.end)), nc.tick)
 }
 
 // tick closes done once the deadline has passed and expired once the end
@@ -430,16 +564,25 @@ func (nc *nodeCall) tick() {
 		nc.over = true
 		close(nc.expired)
 	}
-	switch {
-	case nc.err == nil:
-		nc.timer.Reset(nc.deadline.Sub(now))
-	case !nc.over:
-		nc.timer.Reset(nc.end.Sub(now))
+	if nc.lv != nil {
+		nc.checkCalls(now)
 	}
+	nc.rearm(now)
 	over, stopParent := nc.over, nc.stopParent
 	nc.mu.Unlock()
 	if over && stopParent != nil {
 		stopParent()
+	}
+}
+
+// expire closes the expired channel only: the parent of a lingering vote
+// ended.
+func (nc *nodeCall) expire() {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if !nc.over {
+		nc.over = true
+		close(nc.expired)
 	}
 }
 
@@ -465,8 +608,15 @@ func (nc *nodeCall) stop(err error) {
 	}
 }
 
-func (nc *nodeCall) cancel()      { nc.stop(context.Canceled) }
-func (nc *nodeCall) parentEnded() { nc.stop(nc.parent.Err()) }
+func (nc *nodeCall) cancel() { nc.stop(context.Canceled) }
+
+func (nc *nodeCall) parentEnded() {
+	if nc.linger {
+		nc.expire()
+		return
+	}
+	nc.stop(nc.parent.Err())
+}
 
 // Deadline implements context.Context.
 func (nc *nodeCall) Deadline() (time.Time, bool) { return nc.deadline, true }
@@ -590,9 +740,31 @@ func (c *Client) withQueueBy(ctx context.Context, by time.Time, unwanted <-chan 
 // queue, a per-node timeout after the last moment a call may get its slot.
 // Both also end with ctx. cancel releases them.
 func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
+	return c.lingerContext(ctx, timeout, time.Time{})
+}
+
+// lingerReturned tells a lingering vote's context on nodes with a queue that
+// the vote's call to n has returned (see lingerVote).
+func lingerReturned(ctx context.Context, n *node) {
+	if nc, ok := ctx.(*nodeCall); ok && nc.lv != nil && n.queue != nil {
+		nc.callReturned(n.queue)
+	}
+}
+
+// lingerContext is nodeContext for a lingering vote when linger is not zero:
+// the calls' context then ends at linger (or when cancelled), not at the
+// per-node timeout nor with ctx, which end only the vote's wait (expired)
+// and, on nodes with a queue, the calls' wait for their turn (there the vote
+// waits for each call a per-node timeout from its slot: lingerVote).
+func (c *Client) lingerContext(ctx context.Context, timeout time.Duration, linger time.Time) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
 	if !c.queued {
-		nodeCtx, cancel = context.WithTimeout(ctx, timeout)
-		return nodeCtx, nodeCtx.Done(), cancel
+		if linger.IsZero() {
+			nodeCtx, cancel = context.WithTimeout(ctx, timeout)
+			return nodeCtx, nodeCtx.Done(), cancel
+		}
+		callCtx, cancelCalls := context.WithDeadline(context.WithoutCancel(ctx), linger)
+		voteCtx, cancelVote := context.WithTimeout(ctx, timeout)
+		return callCtx, voteCtx.Done(), func() { cancelVote(); cancelCalls() }
 	}
 	start := time.Now()
 	by, unwanted, t := start.Add(timeout), (<-chan struct{})(nil), turn{}
@@ -615,7 +787,7 @@ func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCt
 	if by.Before(start) {
 		by = start // the budget is spent: a slot now or never
 	}
-	nc.init(ctx, start, by, timeout, unwanted, t)
+	nc.init(ctx, start, by, timeout, unwanted, t, linger, len(c.nodes))
 	return nc, nc.expired, nc.cancel
 }
 

@@ -39,7 +39,7 @@ func TestNodeQueue_SameOrderOnEveryNode(t *testing.T) {
 
 		var orders [3][]*nodeCall
 		for node := range orders {
-			q := newNodeQueue(size)
+			q := newNodeQueue(size, nil)
 			for range size {
 				if w := q.take(nil); w != nil {
 					t.Fatalf("node %d: a free slot made a call wait", node)
@@ -264,7 +264,7 @@ func TestNodeQueue_CleanupContext(t *testing.T) {
 // "Allocations of the per-node queue").
 func TestNodeQueue_FreeSlotAllocations(t *testing.T) {
 	c := &Client{queued: true}
-	q := newNodeQueue(2)
+	q := newNodeQueue(2, nil)
 	command := func(ctx context.Context) {
 		a, err := q.admit(ctx)
 		if err != nil {

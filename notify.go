@@ -145,6 +145,10 @@ type notifier struct {
 	subs      []*nodeSub             // by node index; nil for a node without pub/sub
 	done      chan struct{}          // closed by close
 	wg        sync.WaitGroup         // the node goroutines
+	// ctx ends with close: the pub/sub connections' commands (a dial in
+	// flight included) give up at once, so close does not wait for them.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // nodeSub is one node's pub/sub, used by that node's goroutine (run): one
@@ -305,6 +309,7 @@ func (n *notifier) start() {
 	n.started = true
 	n.waiters = make(map[string]*lockWaiter)
 	n.done = make(chan struct{})
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
 	for i, nd := range n.c.nodes {
@@ -320,7 +325,7 @@ func (n *notifier) start() {
 		n.wg.Add(1)
 		go n.run(ns)
 		if ns.route == nil {
-			ps := s.Subscribe(context.Background())
+			ps := s.Subscribe(n.ctx)
 			ns.conns[""] = ps
 			n.wg.Add(1)
 			go n.receive(ns.idx, ps)
@@ -377,7 +382,7 @@ func (n *notifier) receive(i int, ps *redis.PubSub) {
 	defer n.wg.Done()
 	backoff := receiveBackoff
 	for {
-		m, err := ps.Receive(context.Background())
+		m, err := ps.Receive(n.ctx)
 		if err != nil {
 			t := time.NewTimer(backoff)
 			select {
@@ -428,7 +433,7 @@ func (n *notifier) reconcile(ns *nodeSub) {
 		}
 	}
 	n.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, subscribeTimeout)
 	defer cancel()
 	// Unsubscribe first: a woken waiter's channel must be gone before the
 	// next release looks for the lowest ticket. go-redis records the
@@ -493,7 +498,7 @@ func (n *notifier) subscribeRouted(ctx context.Context, ns *nodeSub, chs []strin
 			// No connection yet: the Subscribe below opens it, to the
 			// master of chs[0]'s slot, and only then does receive read it
 			// (a read first would connect to any node).
-			ps, opened = ns.sub.Subscribe(context.Background()), true
+			ps, opened = ns.sub.Subscribe(n.ctx), true
 			ns.conns[addr] = ps
 			n.wg.Add(1) // run's own count is held: close is not waiting at zero
 		}
@@ -710,13 +715,19 @@ func (n *notifier) yielding(name string) bool {
 	return ok && time.Since(at) < handoffWindow
 }
 
-// close ends the pub/sub connections and their goroutines, and wakes every
-// waiter (its Acquire then returns ErrClosed).
-func (n *notifier) close() {
+// close wakes every waiter (its Acquire then returns ErrClosed), ends the
+// pub/sub connections' commands in flight (ctx), and closes the connections.
+// It returns a channel closed once the connections and their goroutines
+// have ended: a connection's set-up that its context does not end (a read
+// in flight) holds its PubSub until the set-up's own deadline, and Client.Close
+// waits for that only within its bound.
+func (n *notifier) close() <-chan struct{} {
+	ended := make(chan struct{})
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return
+		close(ended)
+		return ended
 	}
 	n.closed = true
 	var conns []*redis.PubSub
@@ -735,10 +746,15 @@ func (n *notifier) close() {
 	}
 	if n.started {
 		close(n.done)
+		n.cancel()
 	}
 	n.mu.Unlock()
 	for _, ps := range conns {
-		_ = ps.Close()
+		n.wg.Go(func() { _ = ps.Close() })
 	}
-	n.wg.Wait()
+	go func() {
+		n.wg.Wait()
+		close(ended)
+	}()
+	return ended
 }

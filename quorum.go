@@ -21,7 +21,10 @@ type Outcome int
 // An acquisition also leaves pending a node it did not ask because this
 // Client's calls to it were backed up (as many still running after their
 // votes were decided as its connection pool's size, while a majority of the
-// nodes kept up): the client's own backlog, not a timeout of the node's.
+// nodes kept up; or, on the nodes Dial connects to, every connection waiting
+// for a reply past the per-node timeout), or because the same Acquire's
+// previous call there still waited for its reply: the client's own backlog,
+// not a timeout of the node's.
 const (
 	OutcomePending     Outcome = iota // no reply before the vote was decided
 	OutcomeGranted                    // the operation applied: key set, extended, released or fenced
@@ -125,7 +128,7 @@ type nodeOp func(ctx context.Context, n *node) reply
 // too. A channel, not a function: a caller that makes many votes keeps only
 // those not yet done, and nothing of a finished vote stays reachable.
 func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, c.quorum, false, op, late, false).count(ctx)
+	return c.startVote(ctx, timeout, c.quorum, false, op, late, false, time.Time{}).count(ctx)
 }
 
 // voteQuorumKeep is voteQuorum handing the replies that arrive after the
@@ -133,28 +136,36 @@ func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeO
 // ever blocked), for a caller that goes on counting them: no callback and
 // no channel of its own to allocate.
 func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan reply) {
-	b := c.startVote(ctx, timeout, c.quorum, false, op, nil, true)
+	b := c.startVote(ctx, timeout, c.quorum, false, op, nil, true, time.Time{})
 	t, _ := b.count(ctx)
 	return t, b.replies
 }
 
-// voteAcquire is voteQuorum for an acquisition attempt: a vote that cannot
-// be won is decided only once it also tells why (ballot.why).
-func (c *Client) voteAcquire(ctx context.Context, timeout time.Duration, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
-	b := c.startVote(ctx, timeout, c.quorum, false, op, late, false)
+// voteAcquire is voteQuorum for an acquisition attempt, whose calls create
+// keys: each node call waits for its node's reply until linger, however the
+// vote went, so that a grant whose reply comes after the vote was decided
+// (or after ctx ended) still reaches late, which can then take it back; and
+// a vote that cannot be won is decided only once it also tells why
+// (ballot.why). The returned channel is closed once every call has returned
+// or outlived the vote's wait for it (the per-node timeout, or ctx's end);
+// Close stops the calls still waiting at its bound.
+func (c *Client) voteAcquire(ctx context.Context, timeout time.Duration, linger time.Time, op nodeOp, late func(reply)) (*tally, <-chan struct{}) {
+	b := c.startVote(ctx, timeout, c.quorum, false, op, late, false, linger)
 	b.why = true // read by count only, in this goroutine
-	return b.count(ctx)
+	t, _ := b.count(ctx)
+	return t, b.expired
 }
 
 // voteAll is voteQuorum waiting for every node's answer, up to the
 // per-node timeout, for the operations that want every node (a failed
 // acquisition's clean-up, putting keys back after an extension).
 func (c *Client) voteAll(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan struct{}) {
-	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil, false).count(ctx)
+	return c.startVote(ctx, timeout, len(c.nodes), true, op, nil, false, time.Time{}).count(ctx)
 }
 
-// startVote makes the ballot and starts one node call per node.
-func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply), keep bool) *ballot {
+// startVote makes the ballot and starts one node call per node; a non-zero
+// linger makes the calls lingering (voteAcquire).
+func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int, all bool, op nodeOp, late func(reply), keep bool, linger time.Time) *ballot {
 	n := len(c.nodes)
 	b := &ballot{replies: make(chan reply, n), late: late, keep: keep, done: make(chan struct{}), all: all}
 	t := &b.tally
@@ -165,8 +176,11 @@ func (c *Client) startVote(ctx context.Context, timeout time.Duration, need int,
 	}
 	// One goroutine per node call and no other: the last call to finish
 	// ends the vote's context and closes done (no waiter goroutine).
-	b.ctx, b.expired, b.cancel = c.nodeContext(ctx, timeout) // nodequeue.go
+	b.ctx, b.expired, b.cancel = c.lingerContext(ctx, timeout, linger) // nodequeue.go
 	b.untrack = c.track()
+	if b.linger = !linger.IsZero(); b.linger {
+		c.lingering(b)
+	}
 	b.running.Store(int32(n))
 	for i, nd := range c.nodes {
 		go b.call(i, nd, op)
@@ -315,6 +329,11 @@ type ballot struct {
 	untrack func()
 	done    chan struct{}
 	running atomic.Int32 // node calls not finished yet
+	// linger: the calls wait for their reply (voteAcquire); lingers is then
+	// the Client, which keeps the vote among those Close may stop
+	// (Client.lingering) until its calls have returned.
+	linger  bool
+	lingers *Client
 }
 
 // call runs op on node i and delivers its reply; the last call to finish
@@ -325,8 +344,16 @@ func (b *ballot) call(i int, nd *node, op nodeOp) {
 	r := op(b.ctx, nd)
 	r.idx, r.latency = i, time.Since(start)
 	b.deliver(r)
+	if b.linger {
+		// After deliver: the vote may end once every call returned, and
+		// must find their replies queued.
+		lingerReturned(b.ctx, nd) // nodequeue.go
+	}
 	if b.running.Add(-1) == 0 {
 		b.cancel()
+		if b.lingers != nil {
+			b.lingers.lingered(b)
+		}
 		close(b.done)
 		b.untrack()
 	}

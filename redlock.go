@@ -38,10 +38,12 @@
 //     seemed to refuse: a lost reply can hide a granted SET).
 //
 // When Acquire returns, no key of its attempts is left on a node that
-// answered in time, and nodes that answered late are cleaned up before it
-// returns. On success, the node calls that the vote did not wait for may still
-// run: they end in the background (each bounded by the per-node timeout), and
-// Client.Close waits for them. When Close is called between attempts, Acquire
+// answered in time. An acquire call waits for its node's reply until the key
+// would have expired (the TTL from its attempt's start), whatever the vote
+// and ctx: a grant whose reply comes after the vote is deleted when it comes,
+// on the connection that carried it, in the background (after a success, by
+// Release). The Client tracks those calls, and Client.Close waits for them
+// within its bound. When Close is called between attempts, Acquire
 // returns ErrClosed after the node calls of the earlier attempts have ended.
 //
 // Whatever the retry policy, Acquire makes no further attempt when so many
@@ -191,8 +193,9 @@
 // Lock.Release waits for a node at most the per-node timeout, counted from
 // the delete's turn on that node: on the nodes Dial connects to, a delete may
 // first wait for a free connection (see Node timeouts) until the lock's keys
-// would be gone on their own (the longest TTL the lock used, plus two
-// per-node timeouts, from now), so with a long queue in this client Release
+// would be gone on their own (twice the longest TTL the lock used, plus two
+// per-node timeouts, from now: a late grant may set a key up to a TTL after
+// its attempt began), so with a long queue in this client Release
 // can take that long. It judges only the nodes that answered (deleted, "not
 // held" or "taken"); an unreachable, timed-out or failing node did not. When
 // it returns early, the *QuorumError's Nodes show the nodes still to answer
@@ -200,14 +203,15 @@
 //
 // The deletes still running when Release returns, and the node calls of the
 // acquisition and of extensions that their votes did not wait for, end in the
-// background, each bounded by the per-node timeout (a straggler's delete by
-// its acquire call's, then its own); the Client tracks them, and Client.Close
-// waits for them. A node's delete is sent only once that node's own acquire
+// background: a delete or an extension within the per-node timeout, an
+// acquire call when its reply comes (at most the TTL after its attempt
+// began); the Client tracks them, and Client.Close waits for them within its
+// bound. A node's delete is sent only once that node's own acquire
 // call has returned, never beside it: go-redis's connection pool may run two
 // commands to one node in either order, and a delete that overtook its SET
 // would leave the key until its TTL. So once Release and then Close have
 // returned, no key of this lock is left on a node that answered in time (nor
-// on one that answered late but within the per-node timeouts).
+// on one whose late reply came within Close's bound).
 //
 // # Extending
 //
@@ -304,10 +308,16 @@ func (n *node) limitBacklog(rc any) {
 // sent to a node needs no delete there, and the node is not needed for the
 // majority; deletes are never shed. When every node is that busy (a burst
 // of acquisitions), nothing is shed: the client's own queue is the limit
-// then, and the per-node timeout applies as before.
+// then, and the per-node timeout applies as before. Apart from that, on the
+// nodes Dial connects to, an acquisition is not sent while every connection
+// of the node waits for a reply past the per-node timeout (nodeQueue.stale):
+// it could only wait behind them.
 func (c *Client) enter(n *node, acquire bool) bool {
 	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
 		return false
+	}
+	if acquire && n.queue != nil && int(n.queue.stale.Load()) >= n.queue.size {
+		return false // every connection waits for a reply long overdue
 	}
 	n.backlog.Add(1)
 	return true
@@ -332,7 +342,7 @@ func (c *Client) majorityKeepsUp() bool {
 
 // Client acquires locks on a fixed set of N independent Redis nodes. It is
 // safe for concurrent use. Close it when done: it waits for calls still in
-// flight and closes the connections it dialed itself.
+// flight (within a bound) and closes the connections it dialed itself.
 type Client struct {
 	nodes  []*node
 	quorum int
@@ -344,6 +354,16 @@ type Client struct {
 	inflightMu sync.Mutex
 	inflight   int
 	idle       chan struct{}
+	// longest is the longest per-node timeout (ns) an operation of the
+	// Client began with: how long Close waits for the calls in flight.
+	longest atomic.Int64
+	// linger lists the lingering votes whose calls still wait for a reply
+	// (voteAcquire); abandoned is set, and stopped closed, once Close
+	// stopped waiting for the Client's calls (stopCalls).
+	lingerMu  sync.Mutex
+	linger    map[*ballot]struct{}
+	abandoned bool
+	stopped   chan struct{}
 	// ttlArg and retentionArg box the TTL and the retention for the
 	// scripts (millisArgs).
 	ttlArg, retentionArg millisArgs
@@ -387,7 +407,9 @@ func (c *Client) untrack() {
 // entirely in between (it would wait for nothing, and the operation's node
 // calls would fail on closed connections). An operation holds what begin
 // returns until it has started its votes, which are tracked themselves.
-func (c *Client) begin() (done func(), open bool) {
+// timeout is the operation's per-node timeout, which bounds Close's wait.
+func (c *Client) begin(timeout time.Duration) (done func(), open bool) {
+	c.noteTimeout(timeout)
 	c.inflightMu.Lock()
 	defer c.inflightMu.Unlock()
 	if c.closed.Load() {
@@ -395,6 +417,57 @@ func (c *Client) begin() (done func(), open bool) {
 	}
 	c.inflight++
 	return c.done, true
+}
+
+// noteTimeout records a per-node timeout the Client's calls use: Close
+// waits for them up to the longest.
+func (c *Client) noteTimeout(timeout time.Duration) {
+	for old := c.longest.Load(); int64(timeout) > old && !c.longest.CompareAndSwap(old, int64(timeout)); old = c.longest.Load() {
+	}
+}
+
+// lingering records b, a lingering vote, among those whose calls Close stops
+// at its bound; once Close has, it stops b's calls at once.
+func (c *Client) lingering(b *ballot) {
+	c.lingerMu.Lock()
+	defer c.lingerMu.Unlock()
+	if c.abandoned {
+		b.cancel()
+		return
+	}
+	if c.linger == nil {
+		c.linger = make(map[*ballot]struct{})
+	}
+	c.linger[b] = struct{}{}
+	b.lingers = c
+}
+
+// lingered forgets b once its calls have all returned.
+func (c *Client) lingered(b *ballot) {
+	c.lingerMu.Lock()
+	defer c.lingerMu.Unlock()
+	delete(c.linger, b)
+}
+
+// stopCalls ends what the Client's calls may still wait for: the lingering
+// votes' calls (their context), and the waits for a node's turn. Close calls
+// it at its bound; it is idempotent.
+func (c *Client) stopCalls() {
+	c.lingerMu.Lock()
+	if c.abandoned {
+		c.lingerMu.Unlock()
+		return
+	}
+	c.abandoned = true
+	close(c.stopped)
+	votes := make([]*ballot, 0, len(c.linger))
+	for b := range c.linger {
+		votes = append(votes, b)
+	}
+	c.lingerMu.Unlock()
+	for _, b := range votes {
+		b.cancel()
+	}
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -475,7 +548,7 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 			adjust(i, parsed[i])
 		}
 		rc := redis.NewClient(parsed[i])
-		n.queue = newNodeQueue(rc.Options().PoolSize)
+		n.queue = newNodeQueue(rc.Options().PoolSize, c.stopped)
 		rc.AddHook(n.queue)
 		n.client, n.closer = rc, rc.Close
 		n.limitBacklog(rc)
@@ -552,7 +625,7 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		return nil, err
 	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
-	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
+	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg, stopped: make(chan struct{})}
 	c.done = c.untrack
 	c.notify.c = c
 	return c, nil
@@ -624,33 +697,68 @@ func (c *Client) Nodes() []string {
 // Quorum returns the number of nodes that must agree: N/2 + 1.
 func (c *Client) Quorum() int { return c.quorum }
 
-// Close waits for node calls still in flight and closes the connections that
-// Dial opened. Those calls include the ones that operations which already
-// returned left running in the background: the deletes of a Release that
-// returned at the majority, the acquisition's and extensions' stragglers
-// and their clean-up. Each is bounded by the per-node timeout (a straggler's
-// delete by its acquire call's, then its own), so once Close returns no key
-// of a released lock is left on a node that answered within them. Clients
-// passed to New are left open; the pub/sub connections the Client opened on
-// them to learn of releases are closed. An Acquire waiting between attempts
-// returns ErrClosed at once. Later calls return ErrClosed. Close is
-// idempotent.
+// Close waits for the node calls still in flight, then closes the
+// connections Dial opened. Those include calls that finished operations left
+// in the background: a Release's deletes past the majority, acquire calls
+// still waiting for their reply (a late grant is deleted when it comes),
+// extensions' stragglers. It waits at most the longest per-node timeout its
+// operations used, whatever the nodes do; then it stops those calls, closes
+// its connections, and returns at most 10 ms later. So no key of a released
+// lock or failed attempt is left on a node whose reply came within that
+// bound. Clients passed to New stay open: a read in flight on one, or the
+// set-up of a pub/sub connection that the node never answers, ends at its
+// own deadline after Close returned; the pub/sub connections are closed. An
+// Acquire waiting between attempts returns ErrClosed at once; later calls
+// return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	c.inflightMu.Lock()
 	if c.closed.Swap(true) {
 		c.inflightMu.Unlock()
 		return nil
 	}
-	var idle chan struct{}
+	bound := time.NewTimer(time.Duration(c.longest.Load()))
+	defer bound.Stop()
+	idle := make(chan struct{})
 	if c.inflight > 0 {
-		c.idle = make(chan struct{})
-		idle = c.idle
+		c.idle = idle
+	} else {
+		close(idle)
 	}
 	c.inflightMu.Unlock()
-	c.notify.close() // waiting Acquire calls return ErrClosed now
-	if idle != nil {
-		<-idle // a channel: testing/synctest sees the wait as durable
+	notified := c.notify.close() // waiting Acquire calls return ErrClosed now
+	// Channels: testing/synctest sees the waits as durable.
+	var err error
+	stopped := false
+	for idle != nil || notified != nil {
+		select {
+		case <-idle:
+			idle = nil
+		case <-notified:
+			notified = nil
+		case <-bound.C:
+			if stopped { // the grace is over
+				idle, notified = nil, nil
+				break
+			}
+			stopped = true
+			c.stopCalls()
+			err = c.closeConns() // ends the reads in flight on them
+			bound.Reset(closeGrace)
+		}
 	}
+	if !stopped {
+		c.stopCalls()
+		err = c.closeConns()
+	}
+	return err
+}
+
+// closeGrace is how long Close, once it stopped the calls in flight at its
+// bound, gives them to end.
+const closeGrace = 10 * time.Millisecond
+
+// closeConns closes the connections that Dial opened.
+func (c *Client) closeConns() error {
 	var errs []error
 	for _, n := range c.nodes {
 		if n.closer != nil {

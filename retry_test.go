@@ -250,9 +250,10 @@ func TestAcquire_MemoryBoundedWhateverTheAttempts(t *testing.T) {
 		c := newWarmCluster(t, 3)
 		c.holdElsewhere(t, "report", time.Hour, 0, 1, 2)
 		heap := func() uint64 {
-			// Timers still pending (the per-node deadlines, the connections'
-			// read deadlines) are freed only when they fire: let them.
-			time.Sleep(10 * time.Second)
+			// Timers still pending (the acquire calls' deadlines, a TTL from
+			// their attempt, the connections' read deadlines) are freed only
+			// when they fire: let them.
+			time.Sleep(11 * time.Second)
 			synctest.Wait()
 			runtime.GC() // twice: sync.Pool caches survive one
 			runtime.GC()
