@@ -381,14 +381,14 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 	}
 	if res.LivenessMisses > 0 {
 		res.Notes = append(res.Notes, firstMiss)
-		note := fmt.Sprintf("%d of %d trials failed the scenario's liveness check", res.LivenessMisses, res.Trials)
+		note := fmt.Sprintf("%d of %d trials missed the scenario's liveness check", res.LivenessMisses, res.Trials)
 		if res.LivenessMisses == res.Trials {
 			note += ": every trial did, so the verdict is broken"
 		} else {
-			note += ", a slow machine's usual failure (--time-scale stretches the timeouts); their safety counts"
+			note += " (a slow machine's usual failure: --time-scale stretches the timeouts) and were judged on their safety alone"
 		}
 		if res.IdleTrials > 0 {
-			note += fmt.Sprintf("; left out of the counts, as they took no lock at all: %d", res.IdleTrials)
+			note += fmt.Sprintf("; %d of them took no lock and are not counted", res.IdleTrials)
 		}
 		res.Notes = append(res.Notes, note)
 	}

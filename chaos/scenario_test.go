@@ -138,7 +138,7 @@ func TestRun_LivenessMisses(t *testing.T) {
 	assert.Equal(t, 4, res.Exercised())
 	assert.Zero(t, res.NotSafe(), "their safety held")
 	assert.Equal(t, Broken, res.Observed, "no trial passed the liveness check")
-	assert.Contains(t, res.Notes, "4 of 4 trials failed the scenario's liveness check: every trial did, so the verdict is broken")
+	assert.Contains(t, res.Notes, "4 of 4 trials missed the scenario's liveness check: every trial did, so the verdict is broken")
 
 	i := slices.IndexFunc(Mutants(), func(m Mutant) bool { return m.Name == "keepalive-never-extends" })
 	require.GreaterOrEqual(t, i, 0)

@@ -196,7 +196,11 @@ func TestChaos_JSONSeedIsString(t *testing.T) {
 		Seed      string  `json:"seed"`
 		TimeScale float64 `json:"time_scale"`
 		Results   []struct {
-			Seed string `json:"seed"`
+			Seed   string   `json:"seed"`
+			Unsafe *int     `json:"unsafe_trials"`
+			Broken *int     `json:"broken_trials"`
+			Lower  *float64 `json:"not_safe_rate_lower95"`
+			Upper  *float64 `json:"not_safe_rate_upper95"`
 		} `json:"results"`
 		Summary string `json:"summary"`
 	}
@@ -204,6 +208,10 @@ func TestChaos_JSONSeedIsString(t *testing.T) {
 	assert.Equal(t, "18446744073709551557", doc.Seed)
 	require.Len(t, doc.Results, 1)
 	assert.Equal(t, "18446744073709551557", doc.Results[0].Seed)
+	r := doc.Results[0]
+	require.True(t, r.Unsafe != nil && r.Broken != nil && r.Lower != nil && r.Upper != nil, "the trial counts and rate bounds are in the JSON")
+	assert.Equal(t, [2]int{0, 0}, [2]int{*r.Unsafe, *r.Broken})
+	assert.InDelta(t, 0.95, *r.Upper, 1e-9, "0 of 1 trial: at most 95 %")
 	assert.Equal(t, "1 of 1 as expected", doc.Summary)
 	assert.Equal(t, 3.0, doc.TimeScale)
 }
