@@ -65,12 +65,12 @@ func Catalogue() []Scenario {
 	// nodes; healing the tail right after A acquired gives B a path to a
 	// quorum through the overlap of the two quorums if those nodes
 	// misbehave.
-	tailCut := Fault{Nodes: NodeSet{Pick: PickMinorityTail}, Action: Partition}
-	tailBack := Fault{On: afterA, Nodes: NodeSet{Pick: PickMinorityTail}, Action: HealNetworkAct}
+	tailCut := Fault{Nodes: NodeSet{Pick: PickMinorityTail}, Action: ActionPartition}
+	tailBack := Fault{On: afterA, Nodes: NodeSet{Pick: PickMinorityTail}, Action: ActionHealNetwork}
 	overlap := NodeSet{Pick: PickOverlap}
 	guarded := holderAndRival
 	guarded.Quarantine = time.Minute
-	amnesiaFaults := []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: Amnesia}}
+	amnesiaFaults := []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionRestartAmnesia}}
 	churn := loop(6)
 	churn.Quarantine = time.Minute
 	// The rival retries every millisecond at most, so that it takes the
@@ -136,13 +136,13 @@ func Catalogue() []Scenario {
 			Name: "minority-killed", Summary: "a random minority of nodes is killed mid-run",
 			Expect: Safe, Why: "the remaining majority still grants and refuses on its own; availability holds",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
-			Faults: []Fault{{At: trialLength / 4, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill}},
+			Faults: []Fault{{At: trialLength / 4, Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionKill}},
 		},
 		{
 			Name: "majority-killed", Summary: "a random majority of nodes is down from the start",
 			Expect: Safe, Why: "no quorum can be formed, so no lock is ever reported held (no false success)",
 			Workload: loop(3), Duration: trialLength / 2, Availability: Unavailable,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: Kill}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionKill}},
 		},
 		{
 			Name: "majority-partition", Summary: "a random majority is cut off for the first third of the run, then healed",
@@ -150,37 +150,37 @@ func Catalogue() []Scenario {
 			// Two thirds of the run are healed: the clients reconnect to the
 			// nodes that were cut off, which takes a while on a loaded machine.
 			Workload: loop(3), Duration: 3 * trialLength / 2, Availability: Available, NoneBefore: trialLength / 2,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: Partition, For: trialLength / 2}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionPartition, For: trialLength / 2}},
 		},
 		{
 			Name: "minority-partition", Summary: "a random minority is cut off (requests and replies lost)",
 			Expect: Safe, Why: "partitioned nodes only cost votes; the per-node timeout keeps acquires fast",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: Partition}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionPartition}},
 		},
 		{
 			Name: "asymmetric-partition", Summary: "right after A took the lock with Do, A (only) loses a majority of nodes; B still sees every node",
 			Expect: Safe, Why: "A's extension fails, so its lock-bound context ends and A stops writing before B can take the expired key",
 			Workload: doAndRival, Duration: 3 * catalogueTTL, Availability: Available,
-			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition}},
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionPartition}},
 		},
 		{
 			Name: "lost-replies", Summary: "a minority executes every command but its replies are lost",
 			Expect: Safe, Why: "failed attempts release on every node, also those that seemed silent, so no granted-but-unseen key is left",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: DropReplies}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionDropReplies}},
 		},
 		{
 			Name: "slow-node", Summary: "one node answers 1 s late",
 			Expect: Safe, Why: "the vote is decided without waiting for stragglers; late grants are cleaned up",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: DelayReplies, Amount: time.Second}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: ActionDelayReplies, Amount: time.Second}},
 		},
 		{
 			Name: "paused-node", Summary: "a minority of nodes freezes for 400 ms (SIGSTOP), then runs the queued commands",
 			Expect: Safe, Why: "late SETs applied after the pause belong to attempts that were already released or decided",
 			Workload: loop(4), Duration: trialLength, Availability: Available, MinNodes: 3,
-			Faults: []Fault{{At: trialLength / 7, Nodes: NodeSet{Pick: PickRandomMinority}, Action: PauseNode, Amount: 400 * time.Millisecond}},
+			Faults: []Fault{{At: trialLength / 7, Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionPause, Amount: 400 * time.Millisecond}},
 		},
 		{
 			Name: "contention-16", Summary: "16 clients contend for one key",
@@ -197,13 +197,13 @@ func Catalogue() []Scenario {
 			Name: "delayed-replies", Summary: fmt.Sprintf("A's replies from a majority arrive %v late (its requests land at once; TTL %v); B, whose replies are on time, starts once A holds", delayedReply, delayedTTL),
 			Expect: Safe, Why: "A's validity counts from before its first request, so A is granted only TTL − delay − drift and stops before its keys expire; B takes the key when A releases it or it expires",
 			Workload: delayedHolder, Duration: 3 * delayedTTL, Availability: Available, Fixed: true, ElapsedSubtracted: true,
-			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: DelayReplies, Amount: delayedReply}},
+			Faults: []Fault{{Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionDelayReplies, Amount: delayedReply}},
 		},
 		{
 			Name: "late-extension", Summary: fmt.Sprintf("A extends when %v of its validity is left, but its requests to a majority arrive %v late: its keys expire there and B, retrying every millisecond, takes the lock before the extension lands", lateExtender.ExtendLate, lateRequests),
 			Expect: Safe, Why: "the extension is owner-checked on every node: on the majority it finds B's key (or none) and fails, so A stops at its deadline",
 			Workload: lateExtender, Duration: 3 * catalogueTTL, Availability: Available,
-			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: DelayRequests, Amount: lateRequests}},
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionDelayRequests, Amount: lateRequests}},
 		},
 		{
 			Name: "client-pause", Summary: fmt.Sprintf("the holder freezes for %v (a GC pause) after acquiring, then writes", 2*catalogueTTL),
@@ -232,29 +232,29 @@ func Catalogue() []Scenario {
 			Expect: Safe, Why: "the guard quarantines every node that lost the key's history, and a lost counter is re-seeded from the node's clock, so tokens keep increasing in holder order",
 			Workload: churn, Duration: 2 * trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{
-				{At: trialLength / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill, For: trialLength / 3},
-				{At: trialLength * 4 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: Amnesia},
-				{At: trialLength * 6 / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: Kill, For: trialLength / 3},
-				{At: trialLength * 8 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: Amnesia},
+				{At: trialLength / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionKill, For: trialLength / 3},
+				{At: trialLength * 4 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: ActionRestartAmnesia},
+				{At: trialLength * 6 / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionKill, For: trialLength / 3},
+				{At: trialLength * 8 / 5, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: ActionRestartAmnesia},
 			},
 		},
 		{
 			Name: "clock-jump", Summary: fmt.Sprintf("the overlap of two quorums jumps its clock %v forward while A holds", scriptedTTL),
 			Expect: Unsafe, Why: "the key expires early on those nodes; the drift allowance only covers slow drift, not steps",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: JumpClock, Amount: scriptedTTL}},
+			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionJumpClock, Amount: scriptedTTL}},
 		},
 		{
 			Name: "clock-fast", Summary: "the overlap of two quorums runs its clock 3× fast",
 			Expect: Unsafe, Why: "the key expires after a third of the TTL there; 200% drift is far beyond the 1% drift factor",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 3}},
+			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ActionClockRate, Rate: 3}},
 		},
 		{
 			Name: "clock-drift-in-budget", Summary: "the overlap of two quorums runs its clock 0.9% fast, just within the 1% drift factor",
 			Expect: Safe, Why: "the validity time subtracts TTL × 0.01 + 2 ms, so the holder stops trusting the lock about 4 ms before those nodes free the key; the rival retries every millisecond",
 			Workload: drifting, Duration: 2 * drifting.TTL, Availability: Available, MinNodes: 3,
-			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ClockRate, Rate: 1.009}},
+			Faults: []Fault{tailCut, tailBack, {Nodes: overlap, Action: ActionClockRate, Rate: 1.009}},
 		},
 		clockBackScenario(holderAndRival, tailCut, tailBack, afterA),
 		{
@@ -265,7 +265,7 @@ func Catalogue() []Scenario {
 				HoldOf: map[int]time.Duration{0: 2 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
 				StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeExec, ModeAcquire}},
 			Duration: 3 * catalogueTTL, Availability: Available,
-			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition}},
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionPartition}},
 		},
 		{
 			Name: "election-turns", Summary: "4 candidates of one election campaign, lead for a moment, resign and campaign again; nothing fails",
@@ -276,7 +276,7 @@ func Catalogue() []Scenario {
 			Name: "leader-isolated", Summary: fmt.Sprintf("3 candidates with Lead; right after A is elected, A (only) loses a majority of nodes for %v; A finishes its term's work, resigns, campaigns again", 2*catalogueTTL),
 			Expect: Safe, Why: "A's extension fails, so its leadership ends before its keys expire and another is elected; A's late resign is owner-checked, and A's next leadership has a new, higher term",
 			Workload: isolated, Duration: 8 * catalogueTTL, Availability: Available,
-			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: Partition, For: 2 * catalogueTTL}},
+			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionPartition, For: 2 * catalogueTTL}},
 		},
 	}
 }

@@ -30,7 +30,7 @@ const clockBackStep = time.Minute
 // clocks a backward step is unsupported, and the scenario is skipped.
 func clockBackScenario(w Workload, cut, back Fault, afterA *Trigger) Scenario {
 	step := func(ns NodeSet) Fault {
-		return Fault{On: afterA, Nodes: ns, Action: JumpClock, Amount: -clockBackStep}
+		return Fault{On: afterA, Nodes: ns, Action: ActionJumpClock, Amount: -clockBackStep}
 	}
 	return Scenario{
 		Name: "clock-back-amnesia",
@@ -46,7 +46,7 @@ func clockBackScenario(w Workload, cut, back Fault, afterA *Trigger) Scenario {
 			cut, back,
 			step(NodeSet{Pick: PickOverlap}),
 			step(NodeSet{Pick: PickMinorityTail}),
-			{On: afterA, Nodes: NodeSet{Pick: PickOverlap}, Action: Amnesia},
+			{On: afterA, Nodes: NodeSet{Pick: PickOverlap}, Action: ActionRestartAmnesia},
 		},
 	}
 }

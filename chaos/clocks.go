@@ -70,9 +70,9 @@ func (c *Cluster) unsupportedClockFault(s Scenario) string {
 	be := c.nodes[0].be
 	for _, f := range s.Faults {
 		switch {
-		case f.Action == JumpClock && f.Amount < 0 && !be.stepsBack():
+		case f.Action == ActionJumpClock && f.Amount < 0 && !be.stepsBack():
 			return fmt.Sprintf("%v: a clock step back (%v) needs real clocks on redis-server; clocks here are %s", errUnsupported, f.Amount, c.clocks)
-		case f.Action == ClockRate && f.Rate < 1 && be.emulatesClock():
+		case f.Action == ActionClockRate && f.Rate < 1 && be.emulatesClock():
 			return fmt.Sprintf("%v: a clock rate below 1 (%v) cannot be emulated; clocks here are %s", errUnsupported, f.Rate, c.clocks)
 		}
 	}

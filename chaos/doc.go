@@ -37,8 +37,8 @@
 // Faults are verbs on a Node: Kill, Restart (data kept), RestartAmnesia
 // (data lost), Pause, JumpClock, SetClockRate, Partition, DelayRequests,
 // DelayReplies, DropRequests, DropReplies, HealNetwork; Cluster.HealAll
-// undoes them all. A Fault in a scenario names one of them (Action), the
-// nodes it hits (NodeSet: fixed, at random from the trial's seed, the overlap
+// undoes them all. A Fault in a scenario names one of them (an Action:
+// ActionKill, ActionRestartAmnesia, ActionPause, ...), the nodes it hits (NodeSet: fixed, at random from the trial's seed, the overlap
 // of two quorums, the nodes that granted a given acquisition), when (At, or
 // On an acquisition) and for how long (For). A network fault may be limited
 // to some clients (an asymmetric partition). A fault a backend cannot produce

@@ -170,10 +170,10 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 	var err error
 	band := true // the fault lasts until undone or the trial ends
 	switch f.Action {
-	case Kill:
+	case ActionKill:
 		err = node.Kill()
 		label = "killed"
-	case Restart:
+	case ActionRestart:
 		err = node.Restart(ctx)
 		if errors.Is(err, ErrNeedsPersistence) {
 			// Without persistence a real server cannot come back with
@@ -182,28 +182,28 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 		}
 		inj.closeBand(i, "killed", now)
 		band = false
-	case Amnesia:
+	case ActionRestartAmnesia:
 		err = node.RestartAmnesia(ctx)
 		inj.closeBand(i, "killed", now)
 		label, band = "amnesia", false
-	case PauseNode:
+	case ActionPause:
 		err = node.Pause(f.Amount)
 		label = "paused"
 		inj.oracle.Fault(i, label, now, now.Add(f.Amount))
 		band = false
-	case DelayRequests, DelayReplies, DropRequests, DropReplies:
+	case ActionDelayRequests, ActionDelayReplies, ActionDropRequests, ActionDropReplies:
 		label = applyTraffic(node, f)
-	case Partition:
+	case ActionPartition:
 		node.Partition(true)
 		label = "partitioned"
-	case HealNetworkAct:
+	case ActionHealNetwork:
 		node.HealNetwork()
 		inj.closeNetworkBands(i, now)
 		band = false
-	case JumpClock:
+	case ActionJumpClock:
 		err = node.JumpClock(f.Amount)
 		label, band = clockStepLabel(f.Amount), false
-	case ClockRate:
+	case ActionClockRate:
 		err = node.SetClockRate(f.Rate)
 		label = fmt.Sprintf("clock ×%g", f.Rate)
 	default:
@@ -216,9 +216,9 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 		return fmt.Errorf("chaos: %s on node %d: %w", f.Action, i, err)
 	}
 	if band {
-		network := f.Action != Kill && f.Action != ClockRate
+		network := f.Action != ActionKill && f.Action != ActionClockRate
 		inj.log.Open(faultlog.Band{Node: i, What: label, Network: network}, now)
-	} else if f.Action != PauseNode && f.Action != HealNetworkAct && f.Action != Restart {
+	} else if f.Action != ActionPause && f.Action != ActionHealNetwork && f.Action != ActionRestart {
 		inj.oracle.Fault(i, label, now, now)
 	}
 	if f.For > 0 && band {
@@ -234,12 +234,12 @@ func (inj *injector) scheduleUndo(ctx context.Context, f Fault, i int, label str
 	undo := f
 	undo.For = 0
 	switch f.Action {
-	case Kill:
-		undo.Action = Restart
-	case ClockRate:
+	case ActionKill:
+		undo.Action = ActionRestart
+	case ActionClockRate:
 		undo.Rate = 1
 	default:
-		undo.Action = HealNetworkAct
+		undo.Action = ActionHealNetwork
 	}
 	undo.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
 	inj.schedule(ctx, f.For, func() {
@@ -261,16 +261,16 @@ type trafficTarget interface {
 // returns the label of its fault band.
 func applyTraffic(t trafficTarget, f Fault) string {
 	switch f.Action {
-	case DelayRequests:
+	case ActionDelayRequests:
 		t.DelayRequests(f.Amount)
 		return "requests +" + f.Amount.String()
-	case DelayReplies:
+	case ActionDelayReplies:
 		t.DelayReplies(f.Amount)
 		return "replies +" + f.Amount.String()
-	case DropRequests:
+	case ActionDropRequests:
 		t.DropRequests(true)
 		return "requests lost"
-	default: // DropReplies: callers pass only these four actions
+	default: // ActionDropReplies: callers pass only these four actions
 		t.DropReplies(true)
 		return "replies lost"
 	}
@@ -287,13 +287,13 @@ func (inj *injector) applyToClients(ctx context.Context, f Fault, i int) error {
 		p := inj.clientProxies[c][i]
 		var label string
 		switch f.Action {
-		case DelayRequests, DelayReplies, DropRequests, DropReplies:
+		case ActionDelayRequests, ActionDelayReplies, ActionDropRequests, ActionDropReplies:
 			label = applyTraffic(p, f)
-		case Partition:
+		case ActionPartition:
 			p.DropRequests(true)
 			p.DropReplies(true)
 			label = "partitioned"
-		case HealNetworkAct:
+		case ActionHealNetwork:
 			p.Heal()
 			inj.closeNetworkBands(i, now)
 			continue

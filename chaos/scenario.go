@@ -25,20 +25,22 @@ const (
 // Action is a fault applied to nodes.
 type Action string
 
-// The fault actions. Each maps to a verb on Node.
+// The fault actions: each is Action followed by the name of the fault, and its
+// value (as JSON shows it) is that name in kebab case. Each maps to a verb on
+// Node.
 const (
-	Kill           Action = "kill"            // Node.Kill
-	Restart        Action = "restart"         // Node.Restart (keeps data)
-	Amnesia        Action = "restart-amnesia" // Node.RestartAmnesia (data lost)
-	PauseNode      Action = "pause"           // Node.Pause(Amount)
-	DelayRequests  Action = "delay-requests"  // Node.DelayRequests(Amount)
-	DelayReplies   Action = "delay-replies"   // Node.DelayReplies(Amount)
-	DropRequests   Action = "drop-requests"   // Node.DropRequests(true)
-	DropReplies    Action = "drop-replies"    // Node.DropReplies(true)
-	Partition      Action = "partition"       // Node.Partition(true)
-	JumpClock      Action = "jump-clock"      // Node.JumpClock(Amount)
-	ClockRate      Action = "clock-rate"      // Node.SetClockRate(Rate)
-	HealNetworkAct Action = "heal-network"    // Node.HealNetwork
+	ActionKill           Action = "kill"            // Node.Kill
+	ActionRestart        Action = "restart"         // Node.Restart (keeps data)
+	ActionRestartAmnesia Action = "restart-amnesia" // Node.RestartAmnesia (data lost)
+	ActionPause          Action = "pause"           // Node.Pause(Amount)
+	ActionDelayRequests  Action = "delay-requests"  // Node.DelayRequests(Amount)
+	ActionDelayReplies   Action = "delay-replies"   // Node.DelayReplies(Amount)
+	ActionDropRequests   Action = "drop-requests"   // Node.DropRequests(true)
+	ActionDropReplies    Action = "drop-replies"    // Node.DropReplies(true)
+	ActionPartition      Action = "partition"       // Node.Partition(true)
+	ActionJumpClock      Action = "jump-clock"      // Node.JumpClock(Amount)
+	ActionClockRate      Action = "clock-rate"      // Node.SetClockRate(Rate)
+	ActionHealNetwork    Action = "heal-network"    // Node.HealNetwork
 )
 
 // Pick says how a fault chooses its nodes.
@@ -80,7 +82,7 @@ type Fault struct {
 	Clients []int         `json:"clients,omitempty"`
 	Action  Action        `json:"action"`
 	Amount  time.Duration `json:"amount,omitempty"` // pause length, delay, clock jump
-	Rate    float64       `json:"rate,omitempty"`   // clock rate for ClockRate
+	Rate    float64       `json:"rate,omitempty"`   // clock rate for ActionClockRate
 	For     time.Duration `json:"for,omitempty"`
 }
 
@@ -154,7 +156,7 @@ func (s Scenario) validityCaps(n int) map[int]time.Duration {
 	}
 	caps := map[int]time.Duration{}
 	for _, f := range s.Faults {
-		if f.Action != DelayReplies || f.On != nil || f.At != 0 || f.For != 0 || !f.Nodes.majority(n) {
+		if f.Action != ActionDelayReplies || f.On != nil || f.At != 0 || f.For != 0 || !f.Nodes.majority(n) {
 			continue
 		}
 		limit := w.TTL - f.Amount - redlock.Drift(w.TTL, factor)

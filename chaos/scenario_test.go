@@ -151,7 +151,7 @@ func TestRun_LivenessMisses(t *testing.T) {
 	// Every node killed: no lock, an idle trial.
 	s = Scenario{
 		Name: "idle", Expect: Safe, Duration: 50 * time.Millisecond, Availability: Available,
-		Faults:   []Fault{{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0, 1, 2}}, Action: Kill}},
+		Faults:   []Fault{{Nodes: NodeSet{Pick: PickFixed, Nodes: []int{0, 1, 2}}, Action: ActionKill}},
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, NodeTimeout: 10 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
 	}
 	res, err = Run(ctx, cluster, s, 3, 1, nil)
@@ -188,7 +188,7 @@ func TestRun_TimedFaultIsApplied(t *testing.T) {
 	s := Scenario{
 		Name: "timed-kill", Expect: Safe, Duration: 300 * time.Millisecond,
 		Workload: Workload{Clients: 1, TTL: 200 * time.Millisecond, Hold: time.Millisecond, Gap: time.Millisecond},
-		Faults:   []Fault{{At: 100 * time.Millisecond, Nodes: NodeSet{Pick: PickFixed, Nodes: []int{1}}, Action: Kill}},
+		Faults:   []Fault{{At: 100 * time.Millisecond, Nodes: NodeSet{Pick: PickFixed, Nodes: []int{1}}, Action: ActionKill}},
 	}
 	res, err := Run(ctx, cluster, s, 1, 1, nil)
 	require.NoError(t, err)
@@ -300,7 +300,7 @@ func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 func TestScenario_ValidityCaps(t *testing.T) {
 	w := Workload{TTL: time.Second, DriftFactor: 0.01}
 	delay := func(ns NodeSet, clients ...int) Fault {
-		return Fault{Nodes: ns, Clients: clients, Action: DelayReplies, Amount: 300 * time.Millisecond}
+		return Fault{Nodes: ns, Clients: clients, Action: ActionDelayReplies, Amount: 300 * time.Millisecond}
 	}
 	majority := NodeSet{Pick: PickRandomMajority}
 	s := Scenario{Workload: w, Faults: []Fault{delay(majority, 0, 2), delay(NodeSet{Pick: PickRandomMinority}, 1)}}
@@ -358,7 +358,7 @@ func TestCatalogue_AvailableScenariosKeepAQuorum(t *testing.T) {
 					continue
 				}
 				switch f.Action {
-				case Kill, Partition, DropRequests, DropReplies, DelayRequests, DelayReplies:
+				case ActionKill, ActionPartition, ActionDropRequests, ActionDropReplies, ActionDelayRequests, ActionDelayReplies:
 				default:
 					continue
 				}
