@@ -55,7 +55,7 @@ func clockBackScenario(w Workload, cut, back Fault, afterA *Trigger) Scenario {
 // order) whose tokens did not rise: what the fenced resource made of the
 // later holder's writes, and of the earlier holder's writes made after the
 // later one acquired.
-func tokenOrderNotes(h History) []string {
+func tokenOrderNotes(h oracle.History) []string {
 	holds := slices.Clone(h.Holds)
 	slices.SortStableFunc(holds, func(a, b oracle.HoldRecord) int { return int(a.Acquired - b.Acquired) })
 	var notes []string

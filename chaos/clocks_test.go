@@ -164,7 +164,7 @@ func clockOutOfOrder(t *testing.T, s Scenario) {
 	// An expected-unsafe scenario runs more trials until one shows it: the
 	// last is the one that did.
 	require.NotEmpty(t, res.Histories)
-	h := res.Histories[len(res.Histories)-1]
+	h := res.Histories[len(res.Histories)-1].h
 	require.Len(t, h.Holds, 2)
 	a, b := h.Holds[0], h.Holds[1]
 	assert.Less(t, b.Token, a.Token)

@@ -66,7 +66,7 @@ const crossCheckTimeout = 10 * time.Second
 // order without one) is reported as a note; since the oracle, too, lets
 // writes whose spans overlap take effect in either order, only a timed-out
 // search could lead there.
-func crossCheck(h History, staleFenced int) (note string, err error) {
+func crossCheck(h oracle.History, staleFenced int) (note string, err error) {
 	var ops []porcupine.Operation
 	for _, w := range h.Writes {
 		if w.Resource != oracle.ResourceFenced {

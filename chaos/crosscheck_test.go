@@ -13,7 +13,7 @@ import (
 // fencedHistory records two holds (a acquired before b) and the given fenced
 // writes: each {hold, token, accepted, start ms, end ms}, and the oracle's
 // report on them.
-func fencedHistory(t *testing.T, writes [][5]int) (History, Report) {
+func fencedHistory(t *testing.T, writes [][5]int) (oracle.History, oracle.Report) {
 	t.Helper()
 	o := oracle.NewOracle()
 	now := o.Start()

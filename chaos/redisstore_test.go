@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock/internal/clockshim"
-	"github.com/d3b93e30/redlock/internal/oracle"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -106,7 +105,7 @@ func runStoreScenarios(t *testing.T, cluster *Cluster) {
 			require.Empty(t, res.Skipped)
 			assert.Equal(t, cluster.FencedStore().Name(), res.FencedStore)
 			assert.Equal(t, s.Expect, res.Observed, "notes: %v", res.Notes)
-			fenced := res.Reports[0].Resources[oracle.ResourceFenced].Writes
+			fenced := res.Reports[0].FencedWrites
 			assert.Positive(t, fenced, "no write reached the store")
 			if s.FencingBreaks {
 				assert.Positive(t, res.TokenOrder)

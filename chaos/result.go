@@ -1,21 +1,55 @@
 package chaos
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
-// Report is the judge's verdict on one trial: acquisitions, overlapping
-// holds (mutual-exclusion violations), stale writes each resource accepted,
-// fencing tokens out of order, acquire latency. Result.Reports has one per
-// trial; the definitions are in the harness's oracle (internal/oracle).
-type Report = oracle.Report
+// Report is the judge's count of one trial: acquisitions, overlapping holds
+// (mutual-exclusion violations), stale writes each resource accepted, and
+// fencing tokens out of holder order. Result.Reports has one per trial. Its
+// JSON form (`redlock chaos --json`) carries every detail the judge recorded
+// (failure reasons, each violation, per-resource counts, acquire and call
+// latencies), which these fields sum up.
+type Report struct {
+	Acquisitions   int // successful acquisitions
+	FailedAcquires int // Acquire calls that failed before the trial ended
+	// Violations counts pairs of clients whose holds overlapped, a paused
+	// holder's late write counting as still holding.
+	Violations           int
+	StaleWritesPlain     int // stale writes the plain resource accepted
+	StaleWritesFenced    int // stale writes the fenced resource accepted
+	RejectedWritesFenced int // writes the fenced resource refused
+	FencedWrites         int // writes that reached the fenced resource
+	TokenOrderViolations int // holds whose token was not above the previous holder's
+	ExtendedHolds        int // holds extended at least once
+
+	detail oracle.Report
+}
+
+// newReport sums up the oracle's report of one trial.
+func newReport(r oracle.Report) Report {
+	return Report{
+		Acquisitions: r.Acquisitions, FailedAcquires: r.FailedAcquires, Violations: r.Violations,
+		StaleWritesPlain: r.StaleWritesPlain, StaleWritesFenced: r.StaleWritesFenced,
+		RejectedWritesFenced: r.RejectedWritesFenced, FencedWrites: r.Resources[oracle.ResourceFenced].Writes,
+		TokenOrderViolations: r.TokenOrderViolations, ExtendedHolds: r.ExtendedHolds,
+		detail: r,
+	}
+}
+
+// MarshalJSON writes every detail of the judge's report, not only the
+// fields of r.
+func (r Report) MarshalJSON() ([]byte, error) { return json.Marshal(r.detail) }
 
 // History is everything one trial recorded (holds, writes, node faults,
-// notes) with the judge's findings filled in, as WriteSVG draws it.
-// Result.Histories has one per trial.
-type History = oracle.History
+// notes) with the judge's findings filled in. Result.Histories has one per
+// trial; WriteSVG draws it.
+type History struct {
+	h oracle.History
+}
 
 // Result is the outcome of running one scenario for some trials.
 type Result struct {
@@ -88,10 +122,10 @@ func (r Result) Mismatch() bool { return r.Skipped == "" && r.Observed != r.Expe
 const UnsafeTrialLimit = 8
 
 // addTrial adds one trial's report and history to r's totals.
-func (r *Result) addTrial(rep Report, h History) {
+func (r *Result) addTrial(rep oracle.Report, h oracle.History) {
 	r.Trials++
-	r.Reports = append(r.Reports, rep)
-	r.Histories = append(r.Histories, h)
+	r.Reports = append(r.Reports, newReport(rep))
+	r.Histories = append(r.Histories, History{h: h})
 	r.Acquisitions += rep.Acquisitions
 	r.Failed += rep.FailedAcquires
 	r.Violations += rep.Violations

@@ -229,7 +229,7 @@ func count(n int, noun string) string {
 // as ` (the commonest failure, 12 of 40 calls: ...)`, or says that none
 // failed before the trial ended (a call the trial's end cuts short is not
 // recorded as failed): what a reader of a liveness failure needs first.
-func commonestFailure(rep Report) string {
+func commonestFailure(rep oracle.Report) string {
 	reason, n, all := "", 0, 0
 	for r, k := range rep.FailureReasons {
 		all += k
@@ -245,7 +245,7 @@ func commonestFailure(rep Report) string {
 
 // judge gives one trial's verdict and the reasons for a Broken one: the
 // broken promises (notes) and, apart, the failed liveness checks (missed).
-func judge(s Scenario, rep Report, tr trialResult) (v Verdict, notes, missed []string) {
+func judge(s Scenario, rep oracle.Report, tr trialResult) (v Verdict, notes, missed []string) {
 	if rep.StaleWritesFenced > 0 && !s.FencingBreaks {
 		notes = append(notes, fmt.Sprintf("%d stale writes accepted by the fenced resource", rep.StaleWritesFenced))
 	}
@@ -319,8 +319,8 @@ func setupError(err error) error {
 var errUnsupported = errors.New("unsupported on this backend")
 
 type trialResult struct {
-	report          Report
-	history         History
+	report          oracle.Report
+	history         oracle.History
 	latencies       []time.Duration
 	expiredHandouts int
 	keysLeft        int // nodes holding the lock key after the workload (KeysReleased)

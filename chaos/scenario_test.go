@@ -194,12 +194,12 @@ func TestRun_TimedFaultIsApplied(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Histories, 1)
 	var killed []oracle.FaultRecord
-	for _, f := range res.Histories[0].Faults {
+	for _, f := range res.Histories[0].h.Faults {
 		if f.Node == 1 && f.What == "killed" {
 			killed = append(killed, f)
 		}
 	}
-	require.Len(t, killed, 1, "faults: %+v", res.Histories[0].Faults)
+	require.Len(t, killed, 1, "faults: %+v", res.Histories[0].h.Faults)
 	assert.GreaterOrEqual(t, killed[0].From, 100*time.Millisecond)
 }
 
@@ -399,11 +399,11 @@ func TestConnect_KeyWithoutHistoryIsAnError(t *testing.T) {
 // failed: the commonest reason, with its count.
 func TestJudge_NoAcquisitionNamesTheCommonestFailure(t *testing.T) {
 	s := Scenario{Name: "x", Expect: Safe, Availability: Available}
-	v, notes, missed := judge(s, Report{FailureReasons: map[string]int{"timed out": 1, "quarantined": 3}}, trialResult{})
+	v, notes, missed := judge(s, oracle.Report{FailureReasons: map[string]int{"timed out": 1, "quarantined": 3}}, trialResult{})
 	assert.Equal(t, Broken, v)
 	assert.Empty(t, notes, "a liveness miss, not a broken promise")
 	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (the commonest failure, 3 of 4 failed calls: quarantined)"}, missed)
-	_, _, missed = judge(s, Report{}, trialResult{})
+	_, _, missed = judge(s, oracle.Report{}, trialResult{})
 	assert.Equal(t, []string{"no acquisition succeeded, but the scenario expects some (no call failed before the trial ended; calls the end cut short are not counted)"}, missed)
 }
 

@@ -308,7 +308,7 @@ type Result struct {
 	Notes          []string      // per-trial reasons and observations
 	// UnsafeTrials counts the trials judged unsafe.
 	UnsafeTrials int
-	// Sums over the trials, as in chaos.Report: successful and failed
+	// Sums over the trials, as in oracle.Report: successful and failed
 	// acquisitions, mutual-exclusion violations, and of these the ones
 	// where both holders believed they held the lock (not only a write
 	// after the belief ended).
@@ -317,9 +317,9 @@ type Result struct {
 	// fenced resource, writes the fenced resource rejected, and holds whose
 	// token was not above the previous holder's.
 	StalePlain, StaleFenced, RejectedFenced, TokenOrder int
-	P50, P99                                            time.Duration   // successful acquisitions' latency, all trials
-	Reports                                             []chaos.Report  // per trial
-	Histories                                           []chaos.History // per trial, for timelines (chaos.WriteSVG)
+	P50, P99                                            time.Duration    // successful acquisitions' latency, all trials
+	Reports                                             []oracle.Report  // per trial
+	Histories                                           []oracle.History // per trial, for timelines (internal/timeline)
 }
 
 // Match reports whether both observed verdicts are the expected ones (a
@@ -417,7 +417,7 @@ func Run(ctx context.Context, s Scenario, trials int, seed uint64, progress func
 // check failed, else Unsafe on an overlap or an accepted stale plain write,
 // else Safe. Fenced stale writes and token order are noted; Run turns them
 // into ObservedFenced.
-func judge(s Scenario, rep chaos.Report, hist chaos.History) (chaos.Verdict, []string) {
+func judge(s Scenario, rep oracle.Report, hist oracle.History) (chaos.Verdict, []string) {
 	var notes []string
 	broken := false
 	switch {
@@ -554,8 +554,8 @@ func (e *env) closeClients() {
 }
 
 type trialResult struct {
-	report  chaos.Report
-	history chaos.History
+	report  oracle.Report
+	history oracle.History
 }
 
 // runTrial runs one trial of s on a fresh cluster.

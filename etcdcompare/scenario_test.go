@@ -146,12 +146,12 @@ func TestMajorityPartitionOnEtcd(t *testing.T) {
 // makes the trial broken; one acquired after it does not.
 func TestJudge_NoneBefore(t *testing.T) {
 	s, _ := Find("majority-partition")
-	early := chaos.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore - time.Millisecond}}}
-	late := chaos.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore + time.Millisecond}}}
-	if v, notes := judge(s, chaos.Report{Acquisitions: 1}, early); v != chaos.Broken || len(notes) == 0 {
+	early := oracle.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore - time.Millisecond}}}
+	late := oracle.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore + time.Millisecond}}}
+	if v, notes := judge(s, oracle.Report{Acquisitions: 1}, early); v != chaos.Broken || len(notes) == 0 {
 		t.Errorf("a lock before the heal: %s %v, want broken with the reason", v, notes)
 	}
-	if v, notes := judge(s, chaos.Report{Acquisitions: 1}, late); v != chaos.Safe {
+	if v, notes := judge(s, oracle.Report{Acquisitions: 1}, late); v != chaos.Safe {
 		t.Errorf("a lock after the heal: %s %v, want safe", v, notes)
 	}
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/d3b93e30/redlock/chaos"
 	"github.com/d3b93e30/redlock/internal/clockshim"
-	"github.com/d3b93e30/redlock/internal/oracle"
 	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
@@ -126,7 +125,7 @@ func TestStoreScenarios_PostgreSQL(t *testing.T) {
 			assert.Equal(t, store.Name(), res.FencedStore)
 			assert.Contains(t, res.Clocks, "real")
 			assert.Equal(t, s.Expect, res.Observed, "notes: %v", res.Notes)
-			assert.Positive(t, res.Reports[0].Resources[oracle.ResourceFenced].Writes, "no write reached PostgreSQL")
+			assert.Positive(t, res.Reports[0].FencedWrites, "no write reached PostgreSQL")
 			if s.FencingBreaks {
 				assert.Positive(t, res.TokenOrder)
 				return

@@ -1,4 +1,4 @@
-package chaos
+package timeline
 
 import (
 	"bytes"
@@ -62,7 +62,7 @@ const (
 //
 // The document is built in memory and written with a single w.Write; WriteSVG
 // returns that call's error, if any. h is not modified.
-func WriteSVG(w io.Writer, title string, h History) error {
+func WriteSVG(w io.Writer, title string, h oracle.History) error {
 	var b bytes.Buffer
 	svgRender(&b, title, &h)
 	_, err := w.Write(b.Bytes())
@@ -109,7 +109,7 @@ func svgTextWidth(s string, px float64) float64 {
 
 // svgRender writes the whole document for h to b: it lays the picture out,
 // then draws it back to front, each layer over the ones before.
-func svgRender(b *bytes.Buffer, title string, h *History) {
+func svgRender(b *bytes.Buffer, title string, h *oracle.History) {
 	l := svgLayOut(h)
 	l.header(b, title, h)
 	l.lanes(b, h)
@@ -151,7 +151,7 @@ type svgLayout struct {
 }
 
 // svgLayOut places every part of the picture of h.
-func svgLayOut(h *History) *svgLayout {
+func svgLayOut(h *oracle.History) *svgLayout {
 	l := &svgLayout{end: max(h.End, time.Millisecond)}
 	l.sc = svgScale{t0: 0, t1: l.end, x0: svgLeft, x1: svgWidth - svgRight}
 	nNoteRows := l.layOutNotes(h)
@@ -192,7 +192,7 @@ func svgLayOut(h *History) *svgLayout {
 
 // layOutNotes gives each note a label row, chosen so labels do not collide,
 // and returns how many rows there are.
-func (l *svgLayout) layOutNotes(h *History) int {
+func (l *svgLayout) layOutNotes(h *oracle.History) int {
 	l.notesSorted = slices.Clone(h.Notes)
 	slices.SortStableFunc(l.notesSorted, func(a, b oracle.NoteRecord) int { return cmp.Compare(a.At, b.At) })
 	ns, ne := make([]float64, len(l.notesSorted)), make([]float64, len(l.notesSorted))
@@ -207,7 +207,7 @@ func (l *svgLayout) layOutNotes(h *History) int {
 
 // layOutFaults stacks each node's fault bands in rows, so that overlapping
 // bands and their labels do not collide.
-func (l *svgLayout) layOutFaults(h *History) {
+func (l *svgLayout) layOutFaults(h *oracle.History) {
 	l.nodeBands, l.nodeRows = map[int][]svgBand{}, map[int]int{}
 	for _, node := range h.Nodes {
 		var fs []oracle.FaultRecord
@@ -248,7 +248,7 @@ func (l *svgLayout) eachLegendItem(item func(it svgLegendItem, x, y float64), ne
 
 // header writes the document's opening, its definitions, the background,
 // the title and the summary line.
-func (l *svgLayout) header(b *bytes.Buffer, title string, h *History) {
+func (l *svgLayout) header(b *bytes.Buffer, title string, h *oracle.History) {
 	fmt.Fprintf(b, `<?xml version="1.0" encoding="UTF-8" standalone="no"?>
 <svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">
 `, svgWidth, l.height, svgWidth, l.height)
@@ -265,7 +265,7 @@ func (l *svgLayout) header(b *bytes.Buffer, title string, h *History) {
 }
 
 // lanes writes the lane backgrounds and labels: clients, then nodes.
-func (l *svgLayout) lanes(b *bytes.Buffer, h *History) {
+func (l *svgLayout) lanes(b *bytes.Buffer, h *oracle.History) {
 	for i, c := range h.Clients {
 		fill := "#ffffff"
 		if i%2 == 0 {
@@ -312,7 +312,7 @@ func (l *svgLayout) grid(b *bytes.Buffer) {
 
 // faults writes each node's fault bands (an instantaneous fault is a thin
 // mark) with their labels.
-func (l *svgLayout) faults(b *bytes.Buffer, h *History) {
+func (l *svgLayout) faults(b *bytes.Buffer, h *oracle.History) {
 	for _, n := range h.Nodes {
 		for _, bd := range l.nodeBands[n] {
 			f := bd.f
@@ -354,7 +354,7 @@ func svgFaultSpan(f oracle.FaultRecord) string {
 
 // holds writes each hold's believed-held bar, and the hatched part it acted
 // after its validity.
-func (l *svgLayout) holds(b *bytes.Buffer, h *History) {
+func (l *svgLayout) holds(b *bytes.Buffer, h *oracle.History) {
 	for _, x := range h.Holds {
 		ly, ok := l.clientY[x.Client]
 		if !ok {
@@ -385,7 +385,7 @@ func (l *svgLayout) holds(b *bytes.Buffer, h *History) {
 
 // violations shades each mutual-exclusion violation's span across both
 // clients' lanes.
-func (l *svgLayout) violations(b *bytes.Buffer, h *History) {
+func (l *svgLayout) violations(b *bytes.Buffer, h *oracle.History) {
 	for _, v := range h.Violations {
 		ya, oka := l.clientY[v.ClientA]
 		yb, okb := l.clientY[v.ClientB]
@@ -412,7 +412,7 @@ func (l *svgLayout) violations(b *bytes.Buffer, h *History) {
 }
 
 // tokens labels each hold's bar with its fencing token, where it fits.
-func (l *svgLayout) tokens(b *bytes.Buffer, h *History) {
+func (l *svgLayout) tokens(b *bytes.Buffer, h *oracle.History) {
 	for _, x := range h.Holds {
 		ly, ok := l.clientY[x.Client]
 		if !ok || x.Token == 0 {
@@ -427,7 +427,7 @@ func (l *svgLayout) tokens(b *bytes.Buffer, h *History) {
 }
 
 // failures marks each failed Acquire call with a cross.
-func (l *svgLayout) failures(b *bytes.Buffer, h *History) {
+func (l *svgLayout) failures(b *bytes.Buffer, h *oracle.History) {
 	for _, f := range h.Failures {
 		ly, ok := l.clientY[f.Client]
 		if !ok {
@@ -443,7 +443,7 @@ func (l *svgLayout) failures(b *bytes.Buffer, h *History) {
 // writes marks each write: a diamond below the bar for the fenced resource,
 // a circle above it for any other; green accepted, grey rejected, a red ring
 // when stale.
-func (l *svgLayout) writes(b *bytes.Buffer, h *History) {
+func (l *svgLayout) writes(b *bytes.Buffer, h *oracle.History) {
 	for _, w := range h.Writes {
 		ly, ok := l.clientY[w.Client]
 		if !ok {
@@ -545,7 +545,7 @@ func svgLegendItems() []svgLegendItem {
 }
 
 // svgSummary states the counts a reader looks for first.
-func svgSummary(h *History) string {
+func svgSummary(h *oracle.History) string {
 	stale := map[string]int{}
 	for _, w := range h.Writes {
 		if w.Stale {

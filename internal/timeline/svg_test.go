@@ -1,4 +1,4 @@
-package chaos
+package timeline
 
 import (
 	"bytes"
@@ -20,14 +20,16 @@ import (
 // svgSampleHistory is a small trial in the spirit of Kleppmann's GC pause:
 // three clients, five nodes, TTL 200 ms. Client 0 pauses past its validity
 // and writes after client 1 acquired; node faults of several kinds.
-func svgSampleHistory() History {
+func svgSampleHistory() oracle.History {
 	o := oracle.NewOracle()
 	o.Declare(3, 5)
 	at := func(ms int) time.Time { return o.Start().Add(time.Duration(ms) * time.Millisecond) }
-	res := newResources()
+	highest := uint64(0) // the fenced resource's highest token accepted
 	write := func(h oracle.HoldID, tok uint64, ms int) {
-		o.Wrote(h, oracle.ResourcePlain, tok, res.writePlain(tok), at(ms))
-		o.Wrote(h, oracle.ResourceFenced, tok, res.writeFenced(tok), at(ms))
+		o.Wrote(h, oracle.ResourcePlain, tok, true, at(ms))
+		fresh := tok >= highest
+		highest = max(highest, tok)
+		o.Wrote(h, oracle.ResourceFenced, tok, fresh, at(ms))
 	}
 
 	a := o.Acquired(0, 1, at(5), at(140), 4*time.Millisecond, 1)
@@ -163,7 +165,7 @@ func TestSVGTimeline(t *testing.T) {
 }
 
 func TestSVGEmptyAndDegenerate(t *testing.T) {
-	for name, h := range map[string]History{
+	for name, h := range map[string]oracle.History{
 		"zero":  {},
 		"empty": oracle.NewOracle().History(),
 	} {
