@@ -72,7 +72,7 @@ func (l *Leadership) Identity() string { return l.identity }
 // greater than the term of every earlier leader of this election (under
 // the conditions of Lock.Token; docs/fencing.md), and constant for the
 // whole leadership. Pass it to what the leader writes, so that a deposed
-// leader's late writes are refused (fencing.Guard, docs/election.md).
+// leader's late writes are refused (fencing.Register, docs/election.md).
 func (l *Leadership) Term() uint64 { return l.term }
 
 // Context returns a context that ends the moment the leadership can no

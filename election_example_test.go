@@ -45,7 +45,7 @@ func ExampleClient_Lead() {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	var store fencing.Guard // the resource the leader writes: it checks terms
+	var store fencing.Register // the resource the leader writes: it checks terms
 
 	// Watch first, so that no change is missed.
 	changes, err := watcher.WatchLeader(ctx, "scheduler", time.Second)

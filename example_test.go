@@ -245,13 +245,13 @@ func dialNodes(n int) (client *redlock.Client, stop func()) {
 // the lock can no longer be trusted (pass it to everything the work does;
 // context.Cause, or lease.Err, says why), its validity follows every
 // extension, and its fencing token goes with every write, so that the store
-// refuses a stale holder's (here a fencing.Guard). When Do returns, the lock
+// refuses a stale holder's (here a fencing.Register). When Do returns, the lock
 // is released and nothing Do started is still running.
 func ExampleClient_Do() {
 	client, stop := dialNodes(3)
 	defer stop()
 
-	var store fencing.Guard // the report store's check of the tokens
+	var store fencing.Register // the report store's check of the tokens
 	ctx := context.Background()
 	var token uint64
 	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {

@@ -84,7 +84,7 @@ type ClusterOptions struct {
 	// is ClockAuto. Ignored in-process.
 	Clocks ClockMode
 	// Fenced is the storage behind the fenced resource that Run's holders
-	// write to; nil means NewGuardStore (fencing.Guard, in process). The
+	// write to; nil means NewRegisterStore (fencing.Register, in process). The
 	// cluster does not close it.
 	Fenced FencedStore
 }
@@ -127,7 +127,7 @@ func NewCluster(ctx context.Context, opt ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{backend: kind, clocks: inProcessClocks, fenced: opt.Fenced}
 	if c.fenced == nil {
-		c.fenced = NewGuardStore()
+		c.fenced = NewRegisterStore()
 	}
 	bes := make([]backend, opt.Nodes)
 	clocks := make([]*nodeClock, opt.Nodes)

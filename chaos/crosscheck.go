@@ -16,12 +16,12 @@ import (
 // Oracle's analysis: a bug in either shows up as a disagreement.
 //
 // The model is the fenced register as a correct lock and a correct
-// fencing.Guard make it look. Its state is the highest token accepted and the
-// acquisition time of the newest hold whose write was accepted. A write
+// fencing.Register make it look. Its state is the highest token accepted and
+// the acquisition time of the newest hold whose write was accepted. A write
 // (input: its hold's acquisition time and its token; output: accepted or
 // not) may happen only if
 //
-//   - rejected: its token is below the highest accepted (the guard refuses
+//   - rejected: its token is below the highest accepted (the register refuses
 //     nothing else);
 //   - accepted: its token is at least the highest, and its hold was not
 //     acquired before a hold whose write was already accepted (no stale
@@ -61,7 +61,7 @@ const crossCheckTimeout = 10 * time.Second
 // crossCheck runs porcupine over the fenced writes of h and compares its
 // verdict with the Oracle's count of stale fenced writes. It returns an
 // error when porcupine finds no legal order but the Oracle saw no stale
-// write: the Oracle missed one, or the guard refused a write it should have
+// write: the Oracle missed one, or the register refused a write it should have
 // taken. The opposite (the Oracle counts a stale write, porcupine finds an
 // order without one) is reported as a note; since the oracle, too, lets
 // writes whose spans overlap take effect in either order, only a timed-out

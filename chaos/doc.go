@@ -49,8 +49,8 @@
 // # The oracle
 //
 // Every hold writes throughout to two shared resources: a plain one that
-// accepts everything, and a fenced one: by default fencing.Guard itself, the
-// guard this repository ships, or real storage (ClusterOptions.Fenced: a
+// accepts everything, and a fenced one: by default fencing.Register itself, the
+// fenced register this repository ships, or real storage (ClusterOptions.Fenced: a
 // FencedStore such as RedisStore, or PostgreSQL from the pgfence module). The oracle sees every client's believed-held
 // interval [acquired, validity deadline], each write and each fault on one
 // process clock, and reports: mutual-exclusion violations (two clients' holds

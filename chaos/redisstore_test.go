@@ -27,7 +27,7 @@ func startRedisStore(t *testing.T) *RedisStore {
 // higher one, end concurrent writes with the highest token.
 func TestFencedStores_KeepTheContract(t *testing.T) {
 	ctx := tctx(t, 30*time.Second)
-	require.NoError(t, CheckFencedStore(ctx, NewGuardStore()))
+	require.NoError(t, CheckFencedStore(ctx, NewRegisterStore()))
 	t.Run("redis", func(t *testing.T) {
 		s := startRedisStore(t)
 		require.NoError(t, CheckFencedStore(ctx, s))

@@ -14,9 +14,9 @@ import (
 // hold. The plain store checks nothing (every write is accepted): it shows
 // what a lock without fencing protects, and it accepts a paused holder's
 // stale write. The fenced store is the cluster's FencedStore: by default
-// the repository's own fencing.Guard, so every chaos run tests it
+// the repository's own fencing.Register, so every chaos run tests it
 // (Kleppmann's fencing: the storage checks the token); or real storage, a
-// Redis compare-and-set (RedisStore) or a database. Like the Guard, each
+// Redis compare-and-set (RedisStore) or a database. Like the Register, each
 // accepts an equal token, so that one holder may write several times; two
 // holders given the same token would both pass, and the oracle then counts
 // the older one's accepted writes after the newer one's as stale fenced
@@ -48,9 +48,9 @@ func (f *firstError) get() error {
 	return f.err
 }
 
-// newResources returns resources whose fenced store is a new fencing.Guard.
+// newResources returns resources whose fenced store is a new fencing.Register.
 func newResources() resources {
-	return resources{fenced: NewGuardStore(), failed: new(firstError)}
+	return resources{fenced: NewRegisterStore(), failed: new(firstError)}
 }
 
 // storeTimeout bounds one write to a fenced store.
@@ -80,7 +80,7 @@ func (r resources) err() error { return r.failed.get() }
 // keeps the highest fencing token it accepted and refuses a lower one, in
 // the same atomic step as the write (docs/fencing.md, "Checking the token in
 // your storage"); it accepts an equal token. Set it with
-// ClusterOptions.Fenced; the default is NewGuardStore. The harness calls
+// ClusterOptions.Fenced; the default is NewRegisterStore. The harness calls
 // Reset before each trial and Write from many goroutines at once.
 type FencedStore interface {
 	// Name says what the store is, for a run's output.
@@ -93,31 +93,31 @@ type FencedStore interface {
 	Write(ctx context.Context, token uint64) (accepted bool, err error)
 }
 
-// guardStore is a FencedStore in this process: fencing.Guard.
-type guardStore struct {
-	mu    sync.Mutex
-	guard *fencing.Guard
+// registerStore is a FencedStore in this process: fencing.Register.
+type registerStore struct {
+	mu  sync.Mutex
+	reg *fencing.Register
 }
 
-// NewGuardStore returns the default FencedStore: the repository's own
-// fencing.Guard, in this process (Reset replaces it with a new one). Its
+// NewRegisterStore returns the default FencedStore: the repository's own
+// fencing.Register, in this process (Reset replaces it with a new one). Its
 // Write never fails.
-func NewGuardStore() FencedStore { return &guardStore{guard: new(fencing.Guard)} }
+func NewRegisterStore() FencedStore { return &registerStore{reg: new(fencing.Register)} }
 
-func (g *guardStore) Name() string { return "fencing.Guard (in process)" }
+func (s *registerStore) Name() string { return "fencing.Register (in process)" }
 
-func (g *guardStore) Reset(context.Context) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.guard = new(fencing.Guard)
+func (s *registerStore) Reset(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reg = new(fencing.Register)
 	return nil
 }
 
-func (g *guardStore) Write(_ context.Context, token uint64) (bool, error) {
-	g.mu.Lock()
-	guard := g.guard
-	g.mu.Unlock()
-	return guard.Check(token) == nil, nil
+func (s *registerStore) Write(_ context.Context, token uint64) (bool, error) {
+	s.mu.Lock()
+	reg := s.reg
+	s.mu.Unlock()
+	return reg.Check(token) == nil, nil
 }
 
 // trialResources resets the cluster's fenced store for a trial and returns
@@ -132,7 +132,7 @@ func (c *Cluster) trialResources(ctx context.Context) (resources, error) {
 }
 
 // FencedStore returns the store behind the cluster's fenced resource
-// (ClusterOptions.Fenced, or the default fencing.Guard).
+// (ClusterOptions.Fenced, or the default fencing.Register).
 func (c *Cluster) FencedStore() FencedStore { return c.fenced }
 
 // isStale reports whether err is a fencing refusal (fencing.ErrStale).

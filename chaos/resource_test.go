@@ -9,10 +9,10 @@ import (
 	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
-// The plain store takes every write; the fenced one is fencing.Guard: it
+// The plain store takes every write; the fenced one is fencing.Register: it
 // refuses a token below the highest it accepted, and takes an equal one (the
 // same holder writing again) and, before any fenced write, a 0.
-func TestResources_PlainTakesAllFencedIsTheGuard(t *testing.T) {
+func TestResources_PlainTakesAllFencedIsTheRegister(t *testing.T) {
 	r := newResources()
 	for _, tok := range []uint64{5, 3, 0} {
 		assert.True(t, r.writePlain(tok), "plain, token %d", tok)
@@ -24,7 +24,7 @@ func TestResources_PlainTakesAllFencedIsTheGuard(t *testing.T) {
 	}{{5, true}, {3, false}, {5, true}, {7, true}, {6, false}, {0, false}} {
 		assert.Equal(t, w.ok, r.writeFenced(w.token), "fenced, token %d", w.token)
 	}
-	assert.Equal(t, uint64(7), r.fenced.(*guardStore).guard.Highest())
+	assert.Equal(t, uint64(7), r.fenced.(*registerStore).reg.Highest())
 }
 
 // Since the fenced store accepts an equal token, two holders given one token

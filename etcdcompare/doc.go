@@ -6,7 +6,7 @@
 //
 // It is a module of its own so that the redlock module never depends on etcd.
 // It uses the chaos harness's oracle (internal/oracle), its proxy and
-// timeline renderer, and fencing.Guard as the fenced resource, and keeps a
+// timeline renderer, and fencing.Register as the fenced resource, and keeps a
 // small runner of its own: etcd's leases are whole seconds, faults
 // act on members and on one client's traffic, and an etcd holder's belief ends
 // when its session's Done channel closes, not at a fixed deadline.

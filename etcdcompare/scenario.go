@@ -593,7 +593,7 @@ func runTrial(ctx context.Context, s Scenario, seed uint64) (trialResult, error)
 	// clients, which unblocks every call still waiting.
 	stopClients := context.AfterFunc(tctx, e.closeClients)
 	defer stopClients()
-	s.Workload.run(tctx, e, o, new(fencing.Guard), seed, onFirst)
+	s.Workload.run(tctx, e, o, new(fencing.Register), seed, onFirst)
 	cancel()
 	inj.stop()
 	return trialResult{report: o.Report(), history: o.History()}, nil
@@ -699,7 +699,7 @@ func (inj *injector) apply(ctx context.Context, f Fault) {
 }
 
 // run runs the workload until ctx ends or every client is done.
-func (w Workload) run(ctx context.Context, e *env, o *oracle.Oracle, fenced *fencing.Guard, seed uint64, onFirst func()) {
+func (w Workload) run(ctx context.Context, e *env, o *oracle.Oracle, fenced *fencing.Register, seed uint64, onFirst func()) {
 	first := make(chan struct{})
 	var firstOnce sync.Once
 	fire := func() {
@@ -726,7 +726,7 @@ func (w Workload) run(ctx context.Context, e *env, o *oracle.Oracle, fenced *fen
 }
 
 // client is one client's loop.
-func (w Workload) client(ctx context.Context, i int, e *env, o *oracle.Oracle, fenced *fencing.Guard, rng *rand.Rand, fire func()) {
+func (w Workload) client(ctx context.Context, i int, e *env, o *oracle.Oracle, fenced *fencing.Register, rng *rand.Rand, fire func()) {
 	acquireTimeout := w.AcquireTimeout
 	if acquireTimeout <= 0 {
 		acquireTimeout = 2 * w.TTL
@@ -775,7 +775,7 @@ func (w Workload) client(ctx context.Context, i int, e *env, o *oracle.Oracle, f
 			e.proxies[i].Hold(false)
 		}
 		// Both shared resources, as in the chaos harness: the plain one
-		// accepts every write, the fenced one is fencing.Guard.
+		// accepts every write, the fenced one is fencing.Register.
 		write := func() {
 			at := time.Now()
 			o.Wrote(hold, oracle.ResourcePlain, h.Token(), true, at)

@@ -51,29 +51,29 @@ func lockNodes(t *testing.T, n int, opts ...redlock.Option) (nodes []*miniredis.
 // the resource, checking tokens, rejects A's write. With and without the
 // amnesia guard (no node loses data here: the guard must not get in the way).
 func TestEndToEndPausedHolderIsRejected(t *testing.T) {
-	t.Run("guard off", func(t *testing.T) { testPausedHolder(t, redlock.WithoutAmnesiaGuard()) })
-	t.Run("guard on (the default)", func(t *testing.T) { testPausedHolder(t) })
+	t.Run("amnesia guard off", func(t *testing.T) { testPausedHolder(t, redlock.WithoutAmnesiaGuard()) })
+	t.Run("amnesia guard on (the default)", func(t *testing.T) { testPausedHolder(t) })
 }
 
 func testPausedHolder(t *testing.T, opts ...redlock.Option) {
 	ctx := context.Background()
 	const key, ttl = "report:42", 2 * time.Second
 	nodes, newClient := lockNodes(t, 3, opts...)
-	_, store := newStore(t) // the resource: a Redis that is not one of the lock's nodes
-	var guard fencing.Guard // the same resource, if it lived in this process
-	var body string         // written only through guard.Do
+	_, store := newStore(t)  // the resource: a Redis that is not one of the lock's nodes
+	var reg fencing.Register // the same resource, if it lived in this process
+	var body string          // written only through reg.Do
 
-	write := func(l *redlock.Lock, text string) (redisErr, guardErr error) {
+	write := func(l *redlock.Lock, text string) (redisErr, regErr error) {
 		redisErr = fencing.SetIfNewer(ctx, store, key, l.Token(), text)
-		guardErr = guard.Do(l.Token(), func() error { body = text; return nil })
-		return redisErr, guardErr
+		regErr = reg.Do(l.Token(), func() error { body = text; return nil })
+		return redisErr, regErr
 	}
 
 	a, err := newClient().TryAcquire(ctx, key, ttl)
 	require.NoError(t, err)
 	require.NotZero(t, a.Token(), "fencing is on by default")
 
-	if len(opts) == 0 { // the guard is on by default
+	if len(opts) == 0 { // the amnesia guard is on by default
 		// The first use's vouching is sent 10 ms after A got the lock;
 		// a real pause lasts far longer.
 		require.Eventually(t, func() bool {

@@ -43,7 +43,7 @@ func Example() {
 	}
 	defer locks.Close()
 
-	var report fencing.Guard // the resource, with the fence in front of it
+	var report fencing.Register // the resource, with the fence in front of it
 	body := ""
 	write := func(l *redlock.Lock, text string) error {
 		return report.Do(l.Token(), func() error { body = text; return nil })
@@ -84,8 +84,8 @@ func Example() {
 
 // Kleppmann's example: the storage has accepted token 34, so a write with
 // token 33 is refused.
-func ExampleGuard() {
-	var g fencing.Guard
+func ExampleRegister() {
+	var g fencing.Register
 	fmt.Println(g.Check(33))
 	fmt.Println(g.Check(34))
 	fmt.Println(g.Check(34)) // the same holder again

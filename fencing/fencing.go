@@ -18,14 +18,14 @@
 // tokens of successive holders increase, and when they do not). This package
 // gives three ways to check it:
 //
-//   - Guard, for a resource inside one Go process;
+//   - Register, for a resource inside one Go process;
 //   - SetIfNewer and GetWithToken, for a value kept in Redis (a Lua script that
 //     compares and stores atomically);
 //   - for SQL, no code is needed: make the update conditional on the stored
 //     token, e.g. UPDATE reports SET body = $1, fence = $2 WHERE id = $3 AND
 //     fence < $2, and treat "0 rows affected" as stale (docs/fencing.md).
 //
-// Guard and SetIfNewer reject a token lower than the highest accepted and
+// Register and SetIfNewer reject a token lower than the highest accepted and
 // accept an equal one, so that one holder may write several times (the SQL
 // condition above accepts each token once; use fence <= $2 to match). A
 // rejection is ErrStale (errors.Is), carried by a *StaleError (errors.As) that

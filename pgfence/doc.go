@@ -9,7 +9,7 @@
 // through pgx: "rows affected = 0" is a refused, stale write. (docs/fencing.md
 // gives fence < $2 for one write per token and fence <= $2 when one holder
 // writes several times, as the harness's holders do; <= accepts an equal
-// token like fencing.Guard and fencing.SetIfNewer.) It implements
+// token like fencing.Register and fencing.SetIfNewer.) It implements
 // chaos.FencedStore, so chaos.Run's holders write to PostgreSQL: set it as
 // chaos.ClusterOptions.Fenced.
 //

@@ -140,7 +140,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.BoolVar(&f.verbose, "v", false, "verbose: each trial's progress, and a wide table with trials, backend, latency and each scenario's reason")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
 	fs.StringVar(&f.clocks, "clocks", "auto", "how redis-server nodes' clocks move: real (a preloaded clock shim built with the C compiler moves each server's own clock), emulated (TTLs are shortened), or auto (real where a C compiler is found)")
-	fs.StringVar(&f.fenced, "fenced", "guard", "the fenced resource: guard (fencing.Guard in this process) or redis (fencing.SetIfNewer on a redis-server of its own)")
+	fs.StringVar(&f.fenced, "fenced", "register", "the fenced resource: register (fencing.Register in this process; guard is its old name) or redis (fencing.SetIfNewer on a redis-server of its own)")
 	fs.IntVar(&f.parallel, "parallel", 1, "run up to this many scenarios at once, each on a cluster of its own (the trials of one scenario stay in order; the seeds do not depend on it)")
 	fs.StringVar(&f.doc, "doc", "", "after the run, rewrite the verdict table between <!-- verdicts:begin BACKEND --> and <!-- verdicts:end BACKEND --> in this Markdown file")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "stretch every scenario's durations (TTLs, timeouts, holds, faults, trial length) by this factor, from 1 to 100, for a slow or loaded machine; scenarios whose margins are absolute are not stretched")
@@ -179,8 +179,8 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	if _, err := chaos.ParseClockMode(f.clocks); err != nil {
 		return f, fmt.Errorf("--clocks %q: want auto, real or emulated", f.clocks)
 	}
-	if f.fenced != "guard" && f.fenced != "redis" {
-		return f, fmt.Errorf("--fenced %q: want guard or redis", f.fenced)
+	if f.fenced != "register" && f.fenced != "guard" && f.fenced != "redis" {
+		return f, fmt.Errorf("--fenced %q: want register or redis", f.fenced)
 	}
 	return f, nil
 }
@@ -594,7 +594,7 @@ RATE       what the run shows of the rate of such trials, at 95 % confidence
            at least (≥) for one expected unsafe; 0 in 300 gives ≤1.0%
 STALE P/F  writes a resource accepted from a holder after it had accepted one
            from a later holder: P the plain resource, which checks nothing;
-           F the fenced one, fencing.Guard (refuses a lower token)
+           F the fenced one, fencing.Register (refuses a lower token)
 safe       no trial had an overlap or a stale write; every check held
 unsafe     some trial broke mutual exclusion: expected only where Redlock
            documents the limit (docs/safety.md)

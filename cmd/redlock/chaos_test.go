@@ -66,6 +66,24 @@ func TestChaosHelp_ExamplesRun(t *testing.T) {
 	}
 }
 
+// --fenced names the fenced resource: register (the default, fencing.Register)
+// or redis; guard, its old name, still means fencing.Register.
+func TestChaosFlags_Fenced(t *testing.T) {
+	for _, v := range []string{"", "register", "guard", "redis"} {
+		args := []string{}
+		if v != "" {
+			args = append(args, "--fenced", v)
+		}
+		f, err := parseChaosFlags(args, new(bytes.Buffer), new(bytes.Buffer))
+		require.NoError(t, err, "--fenced %q", v)
+		if v == "" {
+			assert.Equal(t, "register", f.fenced)
+		}
+	}
+	_, err := parseChaosFlags([]string{"--fenced", "memory"}, new(bytes.Buffer), new(bytes.Buffer))
+	assert.ErrorContains(t, err, "want register or redis")
+}
+
 // A run where every scenario is skipped tested nothing: it must not pass.
 func TestChaos_OnlySkippedIsNotAPass(t *testing.T) {
 	code, out, errOut := runCLI(t, "chaos", "--nodes", "2", "--scenario", "minority-killed", "--scenario", "lost-replies", "--quiet")

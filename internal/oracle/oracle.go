@@ -23,7 +23,7 @@ import (
 const (
 	// ResourcePlain names the unfenced resource (chaos.PlainResource).
 	ResourcePlain = "plain"
-	// ResourceFenced names the fenced resource (chaos.FencedResource, a fencing.Guard).
+	// ResourceFenced names the fenced resource (chaos.FencedResource, a fencing.Register).
 	ResourceFenced = "fenced"
 )
 

@@ -18,9 +18,9 @@ type plainStore struct{}
 
 func (plainStore) Write(uint64, string) bool { return true }
 
-// fencedStore refuses what fencing.Guard refuses, as chaos.FencedResource
+// fencedStore refuses what fencing.Register refuses, as chaos.FencedResource
 // does.
-type fencedStore struct{ g fencing.Guard }
+type fencedStore struct{ g fencing.Register }
 
 func (s *fencedStore) Write(token uint64, _ string) bool {
 	return s.g.Do(token, func() error { return nil }) == nil

@@ -12,20 +12,20 @@ import (
 	"github.com/d3b93e30/redlock/fencing"
 )
 
-func TestGuardZeroValueAcceptsAnything(t *testing.T) {
-	var g fencing.Guard
+func TestRegisterZeroValueAcceptsAnything(t *testing.T) {
+	var g fencing.Register
 	assert.Zero(t, g.Highest())
-	require.NoError(t, g.Check(0), "token 0 (fencing off) on a fresh guard")
+	require.NoError(t, g.Check(0), "token 0 (fencing off) on a fresh register")
 	require.NoError(t, g.Check(0), "and again: equal tokens are accepted")
 	assert.Zero(t, g.Highest())
 
-	var g2 fencing.Guard
+	var g2 fencing.Register
 	require.NoError(t, g2.Check(42))
 	assert.Equal(t, uint64(42), g2.Highest())
 }
 
-func TestGuardRejectsStaleAcceptsEqualAndHigher(t *testing.T) {
-	var g fencing.Guard
+func TestRegisterRejectsStaleAcceptsEqualAndHigher(t *testing.T) {
+	var g fencing.Register
 	require.NoError(t, g.Check(33))
 	require.NoError(t, g.Check(34))
 	require.NoError(t, g.Check(34), "the same holder writes twice")
@@ -44,8 +44,8 @@ func TestGuardRejectsStaleAcceptsEqualAndHigher(t *testing.T) {
 	require.ErrorIs(t, g.Check(0), fencing.ErrStale, "token 0 after a real token")
 }
 
-func TestGuardDo(t *testing.T) {
-	var g fencing.Guard
+func TestRegisterDo(t *testing.T) {
+	var g fencing.Register
 	var body string
 	write := func(s string) func() error { return func() error { body = s; return nil } }
 
@@ -73,11 +73,11 @@ func TestGuardDo(t *testing.T) {
 // Many writers race with shuffled tokens; whatever order they run in, the
 // resource ends with the highest token's value, and the writes it accepted
 // came in non-decreasing token order.
-func TestGuardConcurrentWritersEndWithHighest(t *testing.T) {
+func TestRegisterConcurrentWritersEndWithHighest(t *testing.T) {
 	const writers = 200
 	var (
-		g        fencing.Guard
-		body     uint64 // written only under the guard, through Do
+		g        fencing.Register
+		body     uint64 // written only under the register, through Do
 		accepted []uint64
 		stale    int
 		mu       sync.Mutex // guards stale
