@@ -20,6 +20,7 @@
 // scenarios (Find one by name); Scaled stretches one's durations. Run runs a
 // scenario for some trials, each seeded (the same seed replays the same fault
 // schedule) on a healed and emptied cluster, and returns a Result.
+// ExampleScenario writes one by hand.
 //
 // # Backends
 //
