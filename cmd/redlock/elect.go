@@ -41,7 +41,7 @@ SIGHUP, SIGINT, SIGQUIT and SIGTERM are forwarded to COMMAND (SIGKILL --grace
 later); redlock resigns once COMMAND has exited. Before it is elected, such
 a signal ends redlock elect at once.
 
-COMMAND runs in a process group of its own under the same guard as
+COMMAND runs in a process group of its own under the same watchdog as
 'redlock exec': if redlock itself dies, even by SIGKILL, the group is killed
 at once, and what COMMAND leaves in its group is killed when it exits. Nodes
 are given as for 'redlock exec' (--nodes or $REDLOCK_NODES). 'redlock status
@@ -262,7 +262,7 @@ func campaignForElect(ctx context.Context, client *redlock.Client, f electFlags,
 }
 
 // runLeader starts COMMAND with the term in its environment, under its
-// guard, and supervises it while l leads (execjob.Supervise, as exec).
+// watchdog, and supervises it while l leads (execjob.Supervise, as exec).
 func runLeader(ctx context.Context, f electFlags, l *redlock.Leadership, conns *nodeConns, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
 	env := append(os.Environ(), f.termEnv+"="+strconv.FormatUint(l.Term(), 10))
 	if f.idEnv != "" {
@@ -270,7 +270,7 @@ func runLeader(ctx context.Context, f electFlags, l *redlock.Leadership, conns *
 	}
 	j, err := startJob(f.command, env, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock elect: cannot start the job guard: %v\n", err)
+		fmt.Fprintf(stderr, "redlock elect: cannot start the job watchdog: %v\n", err)
 		return exitSoftware, false
 	}
 	return execjob.Supervise(ctx, j, execjob.Config{

@@ -51,7 +51,7 @@ redlock keeps a record of the holder (host name, process id, since when)
 beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
 tag}), for 'redlock status' to show.
 
-COMMAND runs in a process group of its own under a small guard process.
+COMMAND runs in a process group of its own under a small watchdog process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
 group, which gets SIGKILL if COMMAND is still running --grace later; then the
 lock is released. If redlock itself dies, even by SIGKILL, the group is
@@ -631,7 +631,7 @@ func (f execFlags) warnNodes(stderr io.Writer, conns *nodeConns, nodes []redlock
 // forwardedSignals are the signals redlock exec passes on to COMMAND.
 var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM}
 
-// runCommand starts COMMAND under its guard and supervises it
+// runCommand starts COMMAND under its watchdog and supervises it
 // (execjob.Supervise): it forwards signals to it, stops it if the lease ends
 // (the lock is lost) or --grace after a forwarded signal, and returns the
 // exit status. held reports whether COMMAND ran and exited on its own with
@@ -643,7 +643,7 @@ func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *n
 	}
 	j, err := startJob(f.command, env, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: cannot start the job guard: %v\n", err)
+		fmt.Fprintf(stderr, "redlock exec: cannot start the job watchdog: %v\n", err)
 		return exitSoftware, false
 	}
 	return execjob.Supervise(ctx, j, execjob.Config{

@@ -36,8 +36,8 @@ Run 'redlock SUBCOMMAND --help' for the flags and an example, and
 `
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == guardArg {
-		os.Exit(runGuard(os.Args[2:])) // started by redlock exec, see guard.go
+	if len(os.Args) > 1 && os.Args[1] == watchdogArg {
+		os.Exit(runWatchdog(os.Args[2:])) // started by redlock exec, see watchdog.go
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), forwardedSignals...)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -16,10 +16,10 @@ import (
 // time a test asks for it) into a directory that TestMain removes.
 
 func init() {
-	// In-process runExec starts its job guard by re-executing this test
-	// binary (os.Executable): run the guard then, not the tests.
-	if len(os.Args) > 1 && os.Args[1] == guardArg {
-		os.Exit(runGuard(os.Args[2:]))
+	// In-process runExec starts its job watchdog by re-executing this test
+	// binary (os.Executable): run the watchdog then, not the tests.
+	if len(os.Args) > 1 && os.Args[1] == watchdogArg {
+		os.Exit(runWatchdog(os.Args[2:]))
 	}
 }
 

@@ -2,8 +2,8 @@ package main
 
 import "syscall"
 
-// jobProcAttr returns COMMAND's process attributes as the guard starts it:
-// SIGKILL when the guard's starting thread dies (see runGuard).
+// jobProcAttr returns COMMAND's process attributes as the watchdog starts it:
+// SIGKILL when the watchdog's starting thread dies (see runWatchdog).
 func jobProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -163,8 +163,8 @@ func TestExec_LeftoversAreKilled(t *testing.T) {
 	assert.Empty(t, waitGone(readPids(t, pidFile), time.Second))
 }
 
-// The job guard is redlock itself; an in-process runExec (the test binary
-// as the guard) runs a job too.
+// The job watchdog is redlock itself; an in-process runExec (the test binary
+// as the watchdog) runs a job too.
 func TestExec_InProcess(t *testing.T) {
 	_, nodes := startNodes(t, 3)
 	var stdout, stderr syncBuffer

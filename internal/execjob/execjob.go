@@ -1,7 +1,7 @@
 // Package execjob runs a job (a process group of its own) under a
 // redlock.Lease and stops it when the lease ends: the part of `redlock exec`
 // that keeps a job from running without its lock. cmd/redlock runs COMMAND
-// under its guard process and the chaos harness runs short jobs directly;
+// under its watchdog process and the chaos harness runs short jobs directly;
 // both supervise them with Supervise, so that the harness tests the very
 // logic exec uses.
 //

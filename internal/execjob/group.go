@@ -9,7 +9,7 @@ import (
 )
 
 // Group is a job started by Start: a process that leads a process group of
-// its own. It has none of `redlock exec`'s guard (which needs the redlock
+// its own. It has none of `redlock exec`'s watchdog (which needs the redlock
 // binary): if the caller dies, the job runs on. The chaos harness uses it
 // for its short jobs.
 type Group struct {

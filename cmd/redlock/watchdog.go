@@ -18,9 +18,9 @@ import (
 	"github.com/d3b93e30/redlock/internal/execjob"
 )
 
-// COMMAND never outlives redlock exec. It runs under a guard: redlock itself,
-// re-executed with the hidden first argument guardArg, as the leader of a new
-// process group. The guard starts COMMAND in that group and
+// COMMAND never outlives redlock exec. It runs under a watchdog: redlock
+// itself, re-executed with the hidden first argument watchdogArg, as the
+// leader of a new process group. The watchdog starts COMMAND in that group and
 //
 //   - kills the whole group with SIGKILL as soon as redlock exec is gone,
 //     however it died (SIGKILL included): it holds the read end of a pipe
@@ -31,34 +31,35 @@ import (
 //   - reports COMMAND's status to redlock exec on a second pipe.
 //
 // COMMAND also gets the parent-death signal SIGKILL (Linux), in case the
-// guard itself is killed. redlock exec signals the whole group; the guard
-// catches and drops those signals, so that COMMAND alone decides.
+// watchdog itself is killed. redlock exec signals the whole group; the
+// watchdog catches and drops those signals, so that COMMAND alone decides.
 
-// guardArg is the hidden first argument that runs redlock as a job guard.
-const guardArg = "__job-guard"
+// watchdogArg is the hidden first argument that runs redlock as a job
+// watchdog.
+const watchdogArg = "__job-watchdog"
 
-// The guard's files after stdin, stdout and stderr (exec.Cmd.ExtraFiles).
+// The watchdog's files after stdin, stdout and stderr (exec.Cmd.ExtraFiles).
 const (
-	guardLifeFD   = 3 // read end: end of file means redlock exec is gone
-	guardStatusFD = 4 // write end: one status line for redlock exec
+	watchdogLifeFD   = 3 // read end: end of file means redlock exec is gone
+	watchdogStatusFD = 4 // write end: one status line for redlock exec
 )
 
 // jobStatus is what became of COMMAND.
 type jobStatus = execjob.Status
 
-// job is COMMAND running under its guard, as seen from redlock exec: an
+// job is COMMAND running under its watchdog, as seen from redlock exec: an
 // execjob.Process.
 type job struct {
-	guard *exec.Cmd
-	life  *os.File // the write end of the guard's life pipe
-	done  chan jobStatus
+	watchdog *exec.Cmd
+	life     *os.File // the write end of the watchdog's life pipe
+	done     chan jobStatus
 
 	mu   sync.Mutex
-	over bool // the guard is about to be reaped: its group id may be reused
+	over bool // the watchdog is about to be reaped: its group id may be reused
 }
 
-// startJob starts COMMAND (args) under a guard with the given environment and
-// output. It returns an error only if the guard itself could not start.
+// startJob starts COMMAND (args) under a watchdog with the given environment and
+// output. It returns an error only if the watchdog itself could not start.
 func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -74,7 +75,7 @@ func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 		lifeW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{guardArg, "--"}, args...)...)
+	cmd := exec.Command(self, append([]string{watchdogArg, "--"}, args...)...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{lifeR, statW}
@@ -90,13 +91,13 @@ func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 		statR.Close()
 		return nil, err
 	}
-	j := &job{guard: cmd, life: lifeW, done: make(chan jobStatus, 1)}
+	j := &job{watchdog: cmd, life: lifeW, done: make(chan jobStatus, 1)}
 	go func() {
 		report, _ := io.ReadAll(statR)
 		statR.Close()
 		st, ok := parseJobStatus(report)
 		if !ok {
-			// The guard died without a report (killed by someone else): its
+			// The watchdog died without a report (killed by someone else): its
 			// group may still hold COMMAND's children.
 			j.Signal(syscall.SIGKILL)
 		}
@@ -113,21 +114,21 @@ func startJob(args, env []string, stdout, stderr io.Writer) (*job, error) {
 	return j, nil
 }
 
-// Done delivers COMMAND's status once, when the guard has reported it (or
+// Done delivers COMMAND's status once, when the watchdog has reported it (or
 // died) and has been reaped.
 func (j *job) Done() <-chan jobStatus { return j.done }
 
-// Signal sends sig to COMMAND's process group while its guard has not been
-// reaped (the group's id, the guard's pid, could be reused after that).
+// Signal sends sig to COMMAND's process group while its watchdog has not been
+// reaped (the group's id, the watchdog's pid, could be reused after that).
 func (j *job) Signal(sig syscall.Signal) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if !j.over {
-		_ = syscall.Kill(-j.guard.Process.Pid, sig)
+		_ = syscall.Kill(-j.watchdog.Process.Pid, sig)
 	}
 }
 
-// parseJobStatus reads the guard's report: "exit N", "signal N",
+// parseJobStatus reads the watchdog's report: "exit N", "signal N",
 // "notfound MESSAGE" or "cannotrun MESSAGE".
 func parseJobStatus(b []byte) (jobStatus, bool) {
 	word, rest, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
@@ -145,17 +146,17 @@ func parseJobStatus(b []byte) (jobStatus, bool) {
 	return jobStatus{}, false
 }
 
-// runGuard is the guard process: it runs COMMAND (args, after "--"); its
+// runWatchdog is the watchdog process: it runs COMMAND (args, after "--"); its
 // last act kills its own process group, itself included.
-func runGuard(args []string) int {
-	life, status := os.NewFile(guardLifeFD, "life"), os.NewFile(guardStatusFD, "status")
+func runWatchdog(args []string) int {
+	life, status := os.NewFile(watchdogLifeFD, "life"), os.NewFile(watchdogStatusFD, "status")
 	if len(args) < 2 || args[0] != "--" || life == nil || status == nil {
-		fmt.Fprintln(os.Stderr, "redlock: "+guardArg+" is internal to redlock exec")
+		fmt.Fprintln(os.Stderr, "redlock: "+watchdogArg+" is internal to redlock exec")
 		return exitUsage
 	}
 	// COMMAND must inherit neither pipe.
-	syscall.CloseOnExec(guardLifeFD)
-	syscall.CloseOnExec(guardStatusFD)
+	syscall.CloseOnExec(watchdogLifeFD)
+	syscall.CloseOnExec(watchdogStatusFD)
 	pgid := syscall.Getpgrp()
 	// Caught (not ignored, which COMMAND would inherit) and dropped: as a
 	// member of the group COMMAND gets them too, and decides alone.
