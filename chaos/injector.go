@@ -9,14 +9,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/faultlog"
 	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // injector applies faults during one trial and records them in the oracle.
 type injector struct {
-	cluster *Cluster
+	cluster *Cluster // the nodes faults act on; nil for a Target's
+	target  Target   // the nodes faults act on, for RunTarget
+	nodes   int      // how many nodes there are
 	oracle  *oracle.Oracle
 	log     *faultlog.Log // the schedule, and the bands in force
 
@@ -30,7 +31,7 @@ type injector struct {
 }
 
 func newInjector(cluster *Cluster, o *oracle.Oracle, seed uint64) *injector {
-	return &injector{cluster: cluster, oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	return &injector{cluster: cluster, nodes: len(cluster.Nodes()), oracle: o, log: faultlog.New(o), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
 // scheduleFaults puts the faults at time zero in place before any client
@@ -62,7 +63,7 @@ func (inj *injector) scheduleFaults(ctx context.Context, faults []Fault) (trigge
 func (inj *injector) trigger(ctx context.Context, triggered []Fault, a acquisition) {
 	for _, f := range triggered {
 		if f.On.Client == a.Client && f.On.Nth == a.Nth {
-			inj.applyLogged(ctx, f, a.Lock.Nodes())
+			inj.applyLogged(ctx, f, a.granted())
 		}
 	}
 }
@@ -87,7 +88,7 @@ func (inj *injector) schedule(ctx context.Context, d time.Duration, fn func()) {
 	inj.log.After(ctx, d, fn)
 }
 
-func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock.NodeResult) {
+func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []int) {
 	if err := inj.apply(ctx, f, granted); err != nil && ctx.Err() == nil {
 		inj.fail(err)
 	}
@@ -97,9 +98,10 @@ func (inj *injector) applyLogged(ctx context.Context, f Fault, granted []redlock
 // fault bands still open.
 func (inj *injector) stop() { inj.log.Stop() }
 
-// pick resolves a NodeSet to node indices.
-func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
-	n := len(inj.cluster.Nodes())
+// pick resolves a NodeSet to node indices; granted are the nodes that
+// granted the acquisition that triggered the fault.
+func (inj *injector) pick(ns NodeSet, granted []int) []int {
+	n := inj.nodes
 	minority := n - (n/2 + 1)
 	random := func(k int) []int {
 		inj.mu.Lock()
@@ -131,25 +133,21 @@ func (inj *injector) pick(ns NodeSet, granted []redlock.NodeResult) []int {
 		}
 		return out
 	case PickGranted:
-		var out []int
-		for i, g := range granted {
-			if g.Outcome == redlock.OutcomeGranted && len(out) < max(ns.Count, 1) {
-				out = append(out, i)
-			}
-		}
-		return out
+		return granted[:min(len(granted), max(ns.Count, 1))]
 	}
 	return nil
 }
 
 // apply applies one fault to its nodes now, and schedules its undoing.
-func (inj *injector) apply(ctx context.Context, f Fault, granted []redlock.NodeResult) error {
+func (inj *injector) apply(ctx context.Context, f Fault, granted []int) error {
 	for _, i := range inj.pick(f.Nodes, granted) {
-		if i < 0 || i >= len(inj.cluster.Nodes()) {
-			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, len(inj.cluster.Nodes()))
+		if i < 0 || i >= inj.nodes {
+			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, inj.nodes)
 		}
 		var err error
-		if len(f.Clients) > 0 {
+		if inj.target != nil {
+			err = inj.applyToTarget(ctx, f, i)
+		} else if len(f.Clients) > 0 {
 			err = inj.applyToClients(ctx, f, i)
 		} else {
 			err = inj.applyToNode(ctx, f, i)

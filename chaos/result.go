@@ -18,13 +18,17 @@ type Report struct {
 	FailedAcquires int // Acquire calls that failed before the trial ended
 	// Violations counts pairs of clients whose holds overlapped, a paused
 	// holder's late write counting as still holding.
-	Violations           int
+	Violations int
+	// BelievedViolations counts the violations in which both holders
+	// believed they held the lock (not only a write after a belief ended).
+	BelievedViolations   int
 	StaleWritesPlain     int // stale writes the plain resource accepted
 	StaleWritesFenced    int // stale writes the fenced resource accepted
 	RejectedWritesFenced int // writes the fenced resource refused
 	FencedWrites         int // writes that reached the fenced resource
 	TokenOrderViolations int // holds whose token was not above the previous holder's
 	ExtendedHolds        int // holds extended at least once
+	Faults               int // faults applied to nodes
 
 	detail oracle.Report
 }
@@ -32,10 +36,10 @@ type Report struct {
 // newReport sums up the oracle's report of one trial.
 func newReport(r oracle.Report) Report {
 	return Report{
-		Acquisitions: r.Acquisitions, FailedAcquires: r.FailedAcquires, Violations: r.Violations,
+		Acquisitions: r.Acquisitions, FailedAcquires: r.FailedAcquires, Violations: r.Violations, BelievedViolations: r.BelievedViolations,
 		StaleWritesPlain: r.StaleWritesPlain, StaleWritesFenced: r.StaleWritesFenced,
 		RejectedWritesFenced: r.RejectedWritesFenced, FencedWrites: r.Resources[oracle.ResourceFenced].Writes,
-		TokenOrderViolations: r.TokenOrderViolations, ExtendedHolds: r.ExtendedHolds,
+		TokenOrderViolations: r.TokenOrderViolations, ExtendedHolds: r.ExtendedHolds, Faults: r.Faults,
 		detail: r,
 	}
 }

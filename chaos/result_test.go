@@ -27,11 +27,12 @@ func TestReport_SumsUpTheOracleAndItsJSONKeepsEveryDetail(t *testing.T) {
 	o.Released(a, at(90))
 	o.Released(b, at(140))
 	o.Failed(1, at(20), time.Millisecond, 2, "quorum not reached")
+	o.Fault(2, "killed", at(30), at(40))
 	full := o.Report()
 
 	r := newReport(full)
-	assert.Equal(t, Report{Acquisitions: 2, FailedAcquires: 1, Violations: full.Violations, StaleWritesPlain: full.StaleWritesPlain,
-		StaleWritesFenced: 0, RejectedWritesFenced: 1, FencedWrites: 2, TokenOrderViolations: full.TokenOrderViolations, detail: full}, r)
+	assert.Equal(t, Report{Acquisitions: 2, FailedAcquires: 1, Violations: full.Violations, BelievedViolations: full.BelievedViolations, StaleWritesPlain: full.StaleWritesPlain,
+		StaleWritesFenced: 0, RejectedWritesFenced: 1, FencedWrites: 2, TokenOrderViolations: full.TokenOrderViolations, Faults: 1, detail: full}, r)
 	assert.Positive(t, r.Violations)
 	assert.Positive(t, r.TokenOrderViolations)
 

@@ -74,6 +74,28 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		res.Skipped = why
 		return res, nil
 	}
+	return runTrials(ctx, res, s, m != nil, trials, seed, progress, func(res *Result, trial int, tseed uint64) (trialResult, error) {
+		for attempt := 1; ; attempt++ {
+			if err := prepare(ctx, cluster); err != nil {
+				return trialResult{}, fmt.Errorf("chaos: before %s trial %d: %w", s.Name, trial+1, err)
+			}
+			tr, err := runTrial(ctx, cluster, s, m, tseed)
+			if !errors.Is(err, errSetup) || attempt == setupAttempts || ctx.Err() != nil {
+				return tr, err
+			}
+			// The same trial again, with the same seed.
+			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: set-up failed, run again: %v", trial+1, err))
+		}
+	})
+}
+
+// runTrials runs up to trials trials of s (more for a scenario expected
+// unsafe, up to UnsafeTrialLimit), each with runOne, and adds up their
+// verdicts into res. mutant says whether the clients are a mutant's: then the
+// run stops at the first trial whose verdict is not the expected one, and
+// liveness misses stay in the verdict.
+func runTrials(ctx context.Context, res Result, s Scenario, mutant bool, trials int, seed uint64, progress func(string),
+	runOne func(res *Result, trial int, tseed uint64) (trialResult, error)) (Result, error) {
 	limit := trials
 	if s.Expect == Unsafe {
 		limit = max(trials, UnsafeTrialLimit)
@@ -86,19 +108,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 			break
 		}
 		tseed := trialSeed(seed, s.Name, trial)
-		var tr trialResult
-		var err error
-		for attempt := 1; ; attempt++ {
-			if err := prepare(ctx, cluster); err != nil {
-				return res, fmt.Errorf("chaos: before %s trial %d: %w", s.Name, trial+1, err)
-			}
-			tr, err = runTrial(ctx, cluster, s, m, tseed)
-			if !errors.Is(err, errSetup) || attempt == setupAttempts || ctx.Err() != nil {
-				break
-			}
-			// The same trial again, with the same seed.
-			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: set-up failed, run again: %v", trial+1, err))
-		}
+		tr, err := runOne(&res, trial, tseed)
 		if errors.Is(err, errUnsupported) {
 			res.Skipped = err.Error()
 			return res, nil
@@ -110,7 +120,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		res.addTrial(rep, tr.history)
 		latencies = append(latencies, tr.latencies...)
 		v, notes, missed := judge(s, rep, tr)
-		if m == nil && len(notes) == 0 && len(missed) > 0 {
+		if !mutant && len(notes) == 0 && len(missed) > 0 {
 			// Only a liveness check failed: judge the trial's safety
 			// alone, and leave a trial that took no lock out of the
 			// counts (it tested nothing). A mutant is caught by these
@@ -133,7 +143,7 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 		if v != "" {
 			verdicts[v]++
 		}
-		caught := m != nil && v != s.Expect
+		caught := mutant && v != s.Expect
 		for _, note := range append(append(notes, missed...), tr.info...) {
 			res.Notes = append(res.Notes, fmt.Sprintf("trial %d: %s", trial+1, note))
 		}

@@ -114,7 +114,23 @@ type Trigger struct {
 type acquisition struct {
 	Client int
 	Nth    int
-	Lock   *redlock.Lock
+	Lock   *redlock.Lock // nil for a Locker's acquisition
+	// Granted are the nodes that granted a Locker's acquisition (RunTarget).
+	Granted []int
+}
+
+// granted returns the nodes that granted the acquisition.
+func (a acquisition) granted() []int {
+	if a.Lock == nil {
+		return a.Granted
+	}
+	var out []int
+	for i, g := range a.Lock.Nodes() {
+		if g.Outcome == redlock.OutcomeGranted {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // client is one workload client: its redlock.Client and what closes it.
@@ -343,37 +359,8 @@ func (w Workload) run(ctx context.Context, clients []client, o *oracle.Oracle, r
 		acquireTimeout = 2 * w.TTL
 	}
 
-	// started[i] is closed when client i may start.
-	var (
-		mu      sync.Mutex
-		started = make([]chan struct{}, w.Clients)
-		waiting = map[Trigger][]int{}
-	)
-	for i := range started {
-		started[i] = make(chan struct{})
-		if t, ok := w.StartOn[i]; ok && i > 0 {
-			waiting[t] = append(waiting[t], i)
-			continue
-		}
-		delay := time.Duration(i) * w.Stagger
-		ch := started[i]
-		if delay == 0 {
-			close(ch)
-			continue
-		}
-		t := time.AfterFunc(delay, func() { close(ch) })
-		defer t.Stop()
-	}
-	fire := func(a acquisition) {
-		onAcquire(a)
-		mu.Lock()
-		defer mu.Unlock()
-		t := Trigger{Client: a.Client, Nth: a.Nth}
-		for _, i := range waiting[t] {
-			close(started[i])
-		}
-		delete(waiting, t)
-	}
+	started, fire, stop := w.startGates(onAcquire)
+	defer stop()
 
 	var wg sync.WaitGroup
 	stats := &workloadStats{released: map[string]bool{}}
@@ -391,6 +378,49 @@ func (w Workload) run(ctx context.Context, clients []client, o *oracle.Oracle, r
 	}
 	wg.Wait()
 	return stats
+}
+
+// startGates returns, for each client, a channel closed when it may start
+// (at i × Stagger, or on its StartOn trigger), the function a client calls on
+// each acquisition (onAcquire, then the clients that start on it), and the
+// function that stops the stagger timers.
+func (w Workload) startGates(onAcquire func(acquisition)) (started []chan struct{}, fire func(acquisition), stop func()) {
+	var (
+		mu      sync.Mutex
+		waiting = map[Trigger][]int{}
+		timers  []*time.Timer
+	)
+	started = make([]chan struct{}, w.Clients)
+	for i := range started {
+		started[i] = make(chan struct{})
+		if t, ok := w.StartOn[i]; ok && i > 0 {
+			waiting[t] = append(waiting[t], i)
+			continue
+		}
+		delay := time.Duration(i) * w.Stagger
+		ch := started[i]
+		if delay == 0 {
+			close(ch)
+			continue
+		}
+		timers = append(timers, time.AfterFunc(delay, func() { close(ch) }))
+	}
+	fire = func(a acquisition) {
+		onAcquire(a)
+		mu.Lock()
+		defer mu.Unlock()
+		t := Trigger{Client: a.Client, Nth: a.Nth}
+		for _, i := range waiting[t] {
+			close(started[i])
+		}
+		delete(waiting, t)
+	}
+	stop = func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}
+	return started, fire, stop
 }
 
 // workloadStats is what the clients of a trial saw of the library's

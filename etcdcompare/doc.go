@@ -5,15 +5,13 @@
 // (cmd/compare, docs/etcd-comparison.md).
 //
 // It is a module of its own so that the redlock module never depends on etcd.
-// It uses the chaos harness's oracle (internal/oracle), its proxy and
-// timeline renderer, and fencing.Register as the fenced resource, and keeps a
-// small runner of its own: etcd's leases are whole seconds, faults
-// act on members and on one client's traffic, and an etcd holder's belief ends
-// when its session's Done channel closes, not at a fixed deadline.
-//
-// The lock is reached through Locker and Held, the shape of a harness seam:
-// Acquire(ctx, key, ttl) returns a Held with a fencing token, a Done channel
-// that closes when the holder learns the lock may be lost, and Release. A
-// Redlock lock fits the same shape (RedlockLocker: Done closes at the lock's
-// validity deadline).
+// It runs them with the chaos harness's own scenario vocabulary and runner
+// (chaos.Scenario, chaos.Fault, chaos.RunTarget): each trial starts a fresh
+// cluster, a chaos.Target whose nodes are the members, faults act on members
+// and on one client's traffic (ActionIsolate says how each action maps), and
+// each client reaches the lock through a chaos.Locker (EtcdLocker, one
+// session per client), whose holder's belief ends when its session's Done
+// channel closes, not at a fixed deadline. The fenced resource is
+// fencing.Register, as in the chaos harness. A Redlock lock fits the same
+// seam (RedlockLocker: Done closes at the lock's validity deadline).
 package etcdcompare

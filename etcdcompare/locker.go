@@ -10,31 +10,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/d3b93e30/redlock/chaos"
 )
-
-// Locker is the seam a chaos workload drives: any lock service whose
-// acquisition yields a fencing token and a way to learn that the lock is
-// lost. The etcd adapter (EtcdLocker) implements it here; a Redlock adapter
-// has the same shape.
-type Locker interface {
-	// Acquire blocks until the lock on key is held, ctx ends, or the
-	// service fails. ttl is the lease the lock lives on if the holder
-	// stops renewing it.
-	Acquire(ctx context.Context, key string, ttl time.Duration) (Held, error)
-}
-
-// Held is one successful acquisition.
-type Held interface {
-	// Token is the fencing token: it strictly increases across successive
-	// holders of the key.
-	Token() uint64
-	// Done is closed when the holder learns that it may have lost the lock
-	// (for etcd: its session's lease keep-alive ended). Until then the
-	// holder believes it holds the lock. It is not closed by Release.
-	Done() <-chan struct{}
-	// Release gives the lock up.
-	Release(ctx context.Context) error
-}
 
 // ErrSessionLost reports that the session an acquisition would have used
 // ended (its lease expired or could not be renewed) before the lock was held.
@@ -123,14 +101,14 @@ func (l *EtcdLocker) sessionFor(ctx context.Context, ttl int) (*concurrency.Sess
 	return s, nil
 }
 
-// Acquire implements Locker: it blocks in concurrency.Mutex.Lock until the
+// Acquire implements chaos.Locker: it blocks in concurrency.Mutex.Lock until the
 // lock on key is held, then reads the key's create revision as the token
 // (one more round trip). ttl must be a whole number of seconds (etcd leases
 // are), else ErrInvalidArgument. A failure is ctx's error
 // (errors.Is(err, context.DeadlineExceeded)), ErrSessionLost, or the
 // client's error; a failed Acquire leaves no key behind when etcd can be
 // reached to delete it (concurrency.Mutex's own clean-up).
-func (l *EtcdLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (Held, error) {
+func (l *EtcdLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (chaos.Held, error) {
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/chaos"
 )
 
 // RedlockLocker adapts a redlock.Client to Locker, to show that the seam fits
@@ -17,9 +18,9 @@ type RedlockLocker struct {
 // NewRedlockLocker returns a Locker over c; c stays the caller's to close.
 func NewRedlockLocker(c *redlock.Client) *RedlockLocker { return &RedlockLocker{c: c} }
 
-// Acquire implements Locker with redlock.Client.Acquire; its errors are that
+// Acquire implements chaos.Locker with redlock.Client.Acquire; its errors are that
 // method's (test them with errors.Is/As as documented there).
-func (l *RedlockLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (Held, error) {
+func (l *RedlockLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (chaos.Held, error) {
 	lock, err := l.c.Acquire(ctx, key, ttl)
 	if err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ func TestRedlockLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var l Locker = NewRedlockLocker(c)
+	var l chaos.Locker = NewRedlockLocker(c)
 
 	h1, err := l.Acquire(ctx, "k", 500*time.Millisecond)
 	if err != nil {

@@ -3,10 +3,8 @@ package etcdcompare
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/d3b93e30/redlock/chaos"
-	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
 // TestCatalogueMapsEveryChaosScenario: each scenario of the chaos catalogue
@@ -69,20 +67,9 @@ func TestClientPauseOnEtcd(t *testing.T) {
 	if r.Observed != chaos.Unsafe || r.ObservedFenced != chaos.Safe || !r.Match() {
 		t.Errorf("observed %s / fenced %s, want unsafe / safe", r.Observed, r.ObservedFenced)
 	}
-	// The holder's belief ends when its session's Done fires, not at a
-	// fixed deadline: the oracle's end of the hold is that moment.
-	for i, hist := range r.Histories {
-		h := hist.Holds[0]
-		lost := -1
-		for j, n := range hist.Notes {
-			if n.Text == "client 0 learns its session is gone" {
-				lost = j
-			}
-		}
-		if h.Client != 0 || lost < 0 || !h.HasRelease || h.BelievedEnd != hist.Notes[lost].At {
-			t.Errorf("trial %d: holder's hold %+v, notes %+v: want its belief to end when its session's Done fired", i+1, h, hist.Notes)
-		}
-	}
+	// The holder's belief ends when its session's Done fires (chaos.Held),
+	// not at a fixed deadline: chaos's RunTarget tests check that the
+	// oracle's end of the hold is that moment.
 }
 
 // TestNoFaultsOnEtcd: clients take turns; tokens rise in holder order.
@@ -126,32 +113,12 @@ func TestMajorityPartitionOnEtcd(t *testing.T) {
 	if r.Failed == 0 {
 		t.Errorf("no call failed while the majority was cut off: the cut did not hold")
 	}
-	for _, h := range r.Histories[0].Holds {
-		if h.Acquired < s.NoneBefore {
-			t.Errorf("a lock acquired at %v, before the cut healed at %v", h.Acquired, s.NoneBefore)
-		}
+	// A lock acquired before the heal would make the verdict broken
+	// (Scenario.NoneBefore).
+	if s.NoneBefore <= 0 {
+		t.Errorf("majority-partition checks no acquisition before the heal")
 	}
-	cut := 0
-	for _, f := range r.Histories[0].Faults {
-		if f.What == "partitioned" {
-			cut++
-		}
-	}
-	if cut != 2 {
-		t.Errorf("%d members partitioned, want 2 of 3: %+v", cut, r.Histories[0].Faults)
-	}
-}
-
-// A lock acquired while the majority is still cut off (before NoneBefore)
-// makes the trial broken; one acquired after it does not.
-func TestJudge_NoneBefore(t *testing.T) {
-	s, _ := Find("majority-partition")
-	early := oracle.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore - time.Millisecond}}}
-	late := oracle.History{Holds: []oracle.HoldRecord{{Client: 0, Acquired: s.NoneBefore + time.Millisecond}}}
-	if v, notes := judge(s, oracle.Report{Acquisitions: 1}, early); v != chaos.Broken || len(notes) == 0 {
-		t.Errorf("a lock before the heal: %s %v, want broken with the reason", v, notes)
-	}
-	if v, notes := judge(s, oracle.Report{Acquisitions: 1}, late); v != chaos.Safe {
-		t.Errorf("a lock after the heal: %s %v, want safe", v, notes)
+	if got := r.Reports[0].Faults; got != 2 {
+		t.Errorf("%d faults, want 2 of 3 members partitioned", got)
 	}
 }

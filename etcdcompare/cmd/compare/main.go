@@ -24,7 +24,6 @@ import (
 
 	"github.com/d3b93e30/redlock/chaos"
 	"github.com/d3b93e30/redlock/etcdcompare"
-	"github.com/d3b93e30/redlock/internal/timeline"
 )
 
 // quietLogger drops go-redis's internal log lines (killed nodes are the point).
@@ -185,10 +184,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // telling returns the index of the first trial with a violation or a stale
-// plain write, else 0; unsafe(i) says whether trial i had one.
-func telling(trials int, unsafe func(int) bool) int {
-	for i := range trials {
-		if unsafe(i) {
+// plain write, else 0.
+func telling(reports []chaos.Report) int {
+	for i, r := range reports {
+		if r.Violations > 0 || r.StaleWritesPlain > 0 {
 			return i
 		}
 	}
@@ -197,32 +196,26 @@ func telling(trials int, unsafe func(int) bool) int {
 
 // writeSVGs draws each side's most telling trial.
 func writeSVGs(dir string, row etcdcompare.Row) error {
-	write := func(side string, trials int, unsafe func(int) bool, draw func(w io.Writer, title string, trial int) error) error {
-		if trials == 0 {
+	write := func(side string, reports []chaos.Report, histories []chaos.History) error {
+		if len(histories) == 0 {
 			return nil
 		}
-		pick := telling(trials, unsafe)
+		pick := telling(reports)
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s.svg", row.Scenario, side)))
 		if err != nil {
 			return err
 		}
 		title := fmt.Sprintf("%s on %s (trial %d)", row.Scenario, side, pick+1)
-		if err := draw(f, title, pick); err != nil {
+		if err := chaos.WriteSVG(f, title, histories[pick]); err != nil {
 			f.Close()
 			return err
 		}
 		return f.Close()
 	}
 	if r := row.Redlock; r != nil {
-		err := write("redlock", len(r.Histories),
-			func(i int) bool { return r.Reports[i].Violations > 0 || r.Reports[i].StaleWritesPlain > 0 },
-			func(w io.Writer, title string, i int) error { return chaos.WriteSVG(w, title, r.Histories[i]) })
-		if err != nil {
+		if err := write("redlock", r.Reports, r.Histories); err != nil {
 			return err
 		}
 	}
-	e := row.Etcd
-	return write("etcd", len(e.Histories),
-		func(i int) bool { return e.Reports[i].Violations > 0 || e.Reports[i].StaleWritesPlain > 0 },
-		func(w io.Writer, title string, i int) error { return timeline.WriteSVG(w, title, e.Histories[i]) })
+	return write("etcd", row.Etcd.Reports, row.Etcd.Histories)
 }
