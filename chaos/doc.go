@@ -81,6 +81,15 @@
 // a lane per client with its holds and writes, a lane per node with its
 // faults, violations in red.
 //
+// # Other lock services
+//
+// RunTarget runs a scenario on a lock service other than Redlock: each trial
+// starts a Target, whose nodes take the faults and whose Lockers the
+// workload's clients acquire through (a Held carries the fencing token and
+// says when the holder learns the lock may be lost); the verdict is Run's.
+// The etcd comparison (the etcdcompare module) runs the catalogue on etcd
+// this way.
+//
 // # Mutants
 //
 // Mutants lists deliberately broken builds of the lock (a quorum of one, a

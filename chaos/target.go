@@ -162,21 +162,10 @@ func (inj *injector) applyToTarget(ctx context.Context, f Fault, i int) error {
 // every client is done. onAcquire is called in the acquiring client's
 // goroutine before it writes.
 func (w Workload) runLockers(ctx context.Context, t Target, o *oracle.Oracle, res resources, seed uint64, onAcquire func(acquisition)) {
-	started, fire, stop := w.startGates(onAcquire)
-	defer stop()
-	var wg sync.WaitGroup
-	for i := range w.Clients {
+	w.runClients(ctx, onAcquire, func(i int, fire func(acquisition)) {
 		h := &lockerHolder{w: w, i: i, l: t.Locker(i), t: t, o: o, res: res, rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire}
-		wg.Go(func() {
-			select {
-			case <-started[i]:
-			case <-ctx.Done():
-				return
-			}
-			h.loop(ctx)
-		})
-	}
-	wg.Wait()
+		h.loop(ctx)
+	})
 }
 
 // lockerHolder is one workload client's loop over a Locker: acquire, write

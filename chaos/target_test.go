@@ -155,14 +155,15 @@ func TestRunTarget_TriggeredFaultAndLostLock(t *testing.T) {
 	}
 	require.Len(t, lost, 1, "notes: %+v", h.Notes)
 	assert.Equal(t, lost[0].At, a.BelievedEnd, "A's belief ends when its Done closes")
-	assert.Less(t, a.BelievedEnd, 100*time.Millisecond, "not at the end of its 300 ms hold")
+	assert.Less(t, a.BelievedEnd, a.Acquired+300*time.Millisecond, "not at the end of its 300 ms hold")
 	assert.Equal(t, []uint64{1, 2}, []uint64{a.Token, b.Token})
 	assert.GreaterOrEqual(t, b.Acquired, a.BelievedEnd)
 	require.Len(t, h.Faults, 1)
 	f := h.Faults[0]
 	assert.Equal(t, 2, f.Node)
 	assert.Equal(t, "fake partition", f.What)
-	assert.InDelta(t, float64(50*time.Millisecond), float64(f.To-f.From), float64(40*time.Millisecond), "closed when undone")
+	assert.GreaterOrEqual(t, f.To-f.From, 50*time.Millisecond, "undone after For")
+	assert.Less(t, f.To, b.BelievedEnd, "closed when undone, not at the trial's end")
 }
 
 // A Workload.Pause holds the paused client's traffic (PauseClient on, then

@@ -359,38 +359,26 @@ func (w Workload) run(ctx context.Context, clients []client, o *oracle.Oracle, r
 		acquireTimeout = 2 * w.TTL
 	}
 
-	started, fire, stop := w.startGates(onAcquire)
-	defer stop()
-
-	var wg sync.WaitGroup
 	stats := &workloadStats{released: map[string]bool{}}
-	for i, c := range clients {
-		h := &holder{w: w, i: i, c: c.Client, key: w.key(), acquireTimeout: acquireTimeout, o: o, res: res,
-			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats, mutant: c.mutant}
-		wg.Go(func() {
-			select {
-			case <-started[i]:
-			case <-ctx.Done():
-				return
-			}
-			h.loop(ctx)
-		})
-	}
-	wg.Wait()
+	w.runClients(ctx, onAcquire, func(i int, fire func(acquisition)) {
+		h := &holder{w: w, i: i, c: clients[i].Client, key: w.key(), acquireTimeout: acquireTimeout, o: o, res: res,
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire, stats: stats, mutant: clients[i].mutant}
+		h.loop(ctx)
+	})
 	return stats
 }
 
-// startGates returns, for each client, a channel closed when it may start
-// (at i × Stagger, or on its StartOn trigger), the function a client calls on
-// each acquisition (onAcquire, then the clients that start on it), and the
-// function that stops the stagger timers.
-func (w Workload) startGates(onAcquire func(acquisition)) (started []chan struct{}, fire func(acquisition), stop func()) {
+// runClients runs client(i, fire) for each of the workload's clients, each
+// in a goroutine of its own that starts at i × Stagger or on its StartOn
+// trigger (unless ctx ends first), and returns when all have returned. A
+// client calls fire on each acquisition: onAcquire, then the start of the
+// clients waiting for it.
+func (w Workload) runClients(ctx context.Context, onAcquire func(acquisition), client func(i int, fire func(acquisition))) {
 	var (
 		mu      sync.Mutex
 		waiting = map[Trigger][]int{}
-		timers  []*time.Timer
+		started = make([]chan struct{}, w.Clients)
 	)
-	started = make([]chan struct{}, w.Clients)
 	for i := range started {
 		started[i] = make(chan struct{})
 		if t, ok := w.StartOn[i]; ok && i > 0 {
@@ -403,9 +391,10 @@ func (w Workload) startGates(onAcquire func(acquisition)) (started []chan struct
 			close(ch)
 			continue
 		}
-		timers = append(timers, time.AfterFunc(delay, func() { close(ch) }))
+		t := time.AfterFunc(delay, func() { close(ch) })
+		defer t.Stop()
 	}
-	fire = func(a acquisition) {
+	fire := func(a acquisition) {
 		onAcquire(a)
 		mu.Lock()
 		defer mu.Unlock()
@@ -415,12 +404,18 @@ func (w Workload) startGates(onAcquire func(acquisition)) (started []chan struct
 		}
 		delete(waiting, t)
 	}
-	stop = func() {
-		for _, t := range timers {
-			t.Stop()
-		}
+	var wg sync.WaitGroup
+	for i := range w.Clients {
+		wg.Go(func() {
+			select {
+			case <-started[i]:
+			case <-ctx.Done():
+				return
+			}
+			client(i, fire)
+		})
 	}
-	return started, fire, stop
+	wg.Wait()
 }
 
 // workloadStats is what the clients of a trial saw of the library's
