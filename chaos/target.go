@@ -70,7 +70,8 @@ type Target interface {
 // settings only Redlock clients have (Modes, Extend, ExtendLate,
 // ExtendReleased) and the checks that need a Cluster (ElapsedSubtracted,
 // KeysReleased) are an error wrapping redlock.ErrInvalidArgument. Each trial writes to
-// the plain resource and to a new fencing.Register. The verdict is Run's.
+// the plain resource and to a new fencing.Register. The verdict is Run's;
+// the Result's Backend and Clocks are empty, its Nodes is the Target's.
 func RunTarget(ctx context.Context, newTarget func(ctx context.Context, w Workload) (Target, error), s Scenario, trials int, seed uint64, progress func(string)) (Result, error) {
 	res := Result{Scenario: s.Name, Seed: seed, Expect: s.Expect, Why: s.Why, FencedStore: NewRegisterStore().Name()}
 	w := s.Workload
