@@ -425,7 +425,11 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			defer n.exit()
 			n.late.Add(1) // it follows a straggler
 			defer n.late.Add(-1)
-			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+			// Like the acquire call it follows, it waits for its reply
+			// until the key would be gone anyway: on a node slower than
+			// the per-node timeout, a delete given up at the timeout (or
+			// its new connection's handshake) would leave the late grant.
+			dctx, cancel := c.cleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
 			defer cancel()
 			code, err := call.run(dctx, n).Int64()
 			return reply{code: c.notify.released(l.keys[0], code), err: err}
