@@ -654,18 +654,39 @@ func contend(b *testing.B, kind Kind, srv []*Server, addrs []string) {
 		}
 		defer w.Close()
 		waiters[g] = w
-		// Warm up the connections on a key nobody contends for.
-		for range 3 {
+		// Warm up the connections on a key nobody contends for. On a
+		// loaded machine a first dial or a release may outlast a per-node
+		// timeout: a few failures are tolerated.
+		for i, failed := 0, 0; i < 3; i++ {
 			_, rel, err := w.Wait(context.Background(), lanes[g][0])
-			if err != nil {
-				b.Fatal(err)
+			if err == nil {
+				err = rel()
 			}
-			if err := rel(); err != nil {
-				b.Fatal(err)
+			if err != nil {
+				if failed++; failed > 3 {
+					b.Fatal(err)
+				}
 			}
 		}
 	}
+	// The contended key is used once before the run, so that the run
+	// measures hand-offs of a key in use. (With the amnesia guard on, a
+	// key's first use needs one client to win every node; 16 clients
+	// racing for a brand-new key 1 ms away made no acquisition in 4 s in
+	// one run on a loaded machine: docs/performance.md.)
 	const key = "bench:contended"
+	for failed := 0; ; failed++ {
+		_, rel, err := waiters[0].Wait(context.Background(), key)
+		if err == nil {
+			err = rel()
+		}
+		if err == nil {
+			break
+		}
+		if failed > 3 {
+			b.Fatal(err)
+		}
+	}
 	var (
 		holders           atomic.Int32
 		overlaps, relErrs atomic.Int64

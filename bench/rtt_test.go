@@ -336,7 +336,7 @@ func roundTrips(b *testing.B, t topology, addrs []string, srv []*Server) {
 // target: handoff-p50-ms ≤ 2 round trips + 1 ms.
 func BenchmarkRoundTripContention(b *testing.B) {
 	for _, t := range rttTopologies[:2] {
-		for _, k := range []Kind{Ours, RedsyncTuned, RedsyncDefault} {
+		for _, k := range []Kind{Ours, OursNoGuard, RedsyncTuned, RedsyncDefault} {
 			b.Run(t.name+"/"+string(k), func(b *testing.B) {
 				withTopology(b, t, func(addrs []string, srv []*Server) {
 					rtt := quorumRTT(b, addrs)
