@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Lock is an acquired lock: an immutable handle, safe to share between
@@ -374,10 +376,13 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	}
 	l.state.released.Store(true)
 	call := l.holdCall(time.Now()) // nil once the minimum hold has passed
+	// This Client's waiters of the key that left and may still be
+	// subscribed: the release tells the next waiter instead (luaWakeNext).
+	skip := c.notify.leftChannels(l.keys[0])
 	if call == nil && l.vouch {
-		call = newScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
+		call = releaseCall(releaseVouchScript, l.keys, l.keyArgs, skip, l.ownerArg, strconv.FormatUint(l.token, 10))
 	} else if call == nil {
-		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
+		call = releaseCall(releaseScript, l.keys[:1], l.keyArgs[:1], skip, l.ownerArg)
 	}
 	call.forNodes(len(c.nodes))
 	// A delete may wait for its node's turn (nodequeue.go) until the keys
@@ -393,7 +398,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		lastAnswer = keysEnd.Add(timeout)
 	}
 	t, late := c.voteQuorumKeep(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
-		return l.deleteOn(ctx, n, call, keysEnd, timeout)
+		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
 		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
@@ -402,13 +407,23 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	return t, nil
 }
 
-// deleteOn sends node n the release's delete, once n's own acquire call
+// releaseCall is a release script's call with args, then the channels of
+// skip (leftChannels) as further arguments.
+func releaseCall(s *redis.Script, keys []string, keyArgs []any, skip []any, args ...any) *scriptCall {
+	if len(skip) > 0 {
+		args = append(args[:len(args):len(args)], skip...)
+	}
+	return newScriptCallBoxed(s, keys, keyArgs, args...)
+}
+
+// deleteOn sends node n the release's delete, with skip the channels the
+// release passes over (releaseCall), once n's own acquire call
 // has returned: a delete never overtakes its SET, since go-redis's
 // connection pool does not keep the order of commands to one node
 // (docs/performance.md). The delete may wait for the node's turn until
 // keysEnd, when the key would expire anyway (cleanupContext); the vote does
 // not wait that long.
-func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd time.Time, timeout time.Duration) reply {
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
 	if st := l.state; st.calls.state != nil {
 		done, unsent := st.calls.returned(n.idx)
@@ -432,7 +447,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			dctx, cancel := c.cleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
 			defer cancel()
 			code, err := call.run(dctx, n).Int64()
-			return reply{code: c.notify.released(l.keys[0], code), err: err}
+			return reply{code: c.notify.released(l.keys[0], code, skip), err: err}
 		}
 		if unsent {
 			return reply{err: errShed} // nothing to delete
@@ -443,7 +458,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
 	code, err := call.run(dctx, n).Int64()
-	return reply{code: c.notify.released(l.keys[0], code), err: err}
+	return reply{code: c.notify.released(l.keys[0], code, skip), err: err}
 }
 
 // countLate counts into the release vote t the replies that arrive after it

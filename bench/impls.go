@@ -74,6 +74,13 @@ const (
 	// Redislock is bsm/redislock on node 0 only (single-node reference),
 	// over a client made by redlock.NewNodeClient.
 	Redislock Kind = "redislock-1node"
+	// Limit is no lock at all: two phases of PING sent to every node at
+	// once, each done when a majority answered (the others are left to
+	// answer in the background), over the same clients as Ours. Its
+	// latency is the physical limit of a majority lock's acquire +
+	// release on the nodes' round trips: one round trip per phase to the
+	// quorum-th fastest node, with the smallest command.
+	Limit Kind = "limit"
 )
 
 // NewImpl configures kind over the nodes at addrs ("host:port").
@@ -115,6 +122,12 @@ func NewImpl(kind Kind, addrs []string) (Impl, error) {
 	case Redislock:
 		c := nodeClient(kind, addrs[0])
 		return &redislockImpl{rdb: c, c: redislock.New(c)}, nil
+	case Limit:
+		l := &limitImpl{quorum: len(addrs)/2 + 1}
+		for _, a := range addrs {
+			l.clients = append(l.clients, nodeClient(kind, a))
+		}
+		return l, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -243,6 +256,56 @@ wait:
 
 func (f *floorImpl) Close() {
 	for _, c := range f.clients {
+		_ = c.Close()
+	}
+}
+
+// --- the limit: a majority's round trip, twice ---
+
+type limitImpl struct {
+	clients []*redis.Client
+	quorum  int
+	wg      sync.WaitGroup // the PINGs still out, waited for by Close
+}
+
+var errLimitNoQuorum = errors.New("limit: PING not answered by a majority")
+
+// phase sends PING to every node and returns once quorum of them answered.
+func (l *limitImpl) phase(ctx context.Context) error {
+	answered := make(chan error, len(l.clients))
+	for _, c := range l.clients {
+		l.wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, NodeTimeout)
+			defer cancel()
+			answered <- c.Ping(pctx).Err()
+		})
+	}
+	ok := 0
+	for range l.clients {
+		if err := <-answered; err == nil {
+			ok++
+			if ok == l.quorum {
+				return nil
+			}
+		}
+	}
+	return errLimitNoQuorum
+}
+
+func (l *limitImpl) Op(ctx context.Context, _ string) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	err := l.phase(ctx)
+	acq := time.Now()
+	if err != nil {
+		return acq.Sub(start), 0, err
+	}
+	err = l.phase(ctx)
+	return acq.Sub(start), time.Since(acq), err
+}
+
+func (l *limitImpl) Close() {
+	l.wg.Wait()
+	for _, c := range l.clients {
 		_ = c.Close()
 	}
 }
