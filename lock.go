@@ -168,6 +168,10 @@ func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
 	return wasLate
 }
 
+// rearm records that node i gets another acquire call of the same attempt
+// (acquisition.reask), after its first one returned.
+func (ac *acquireCalls) rearm(i int) { ac.state[i].Store(callRunning) }
+
 // wakeWaiters wakes those waiting for a call to return (wait).
 func (ac *acquireCalls) wakeWaiters() {
 	ac.mu.Lock()

@@ -96,10 +96,11 @@ type tally struct {
 	epochs   []uint64 // epochTrusted...; uint64 to share the counters' allocation
 	granted  int
 	// fresh counts quarantined grants from nodes that created the key's
-	// epoch just now; others counts every other answer (errors aside);
-	// failed the nodes unreachable, timed out or answering an error.
-	fresh, others, failed int
-	need                  int
+	// epoch just now; others counts every other answer (errors aside), and
+	// taken those of them that said "taken"; failed the nodes unreachable,
+	// timed out or answering an error.
+	fresh, others, taken, failed int
+	need                         int
 }
 
 // brandNew reports whether the key is new to the cluster: at least a
@@ -110,6 +111,36 @@ type tally struct {
 // granted it). So unless a majority of the nodes that hold it lost their data
 // or are unreachable at once, the key has never been locked.
 func (t *tally) brandNew() bool { return t.others == 0 && t.fresh >= t.need }
+
+// splitFirstUse reports whether the vote is a first use that other keys
+// split: a majority of the nodes granted on epochs created just now, and
+// every other answer was "taken" (a key of another owner: another client's
+// first use of the key, or a holder). The attempt then asks the nodes that
+// said "taken" again (acquisition.reask): if their keys were another
+// attempt's, that attempt has failed and taken them back.
+func (t *tally) splitFirstUse() bool {
+	return t.fresh >= t.need && t.taken > 0 && t.others == t.taken
+}
+
+// replay returns node i's answer in t as a reply, for a vote that asks
+// some nodes again and keeps the others' answers (acquisition.revote).
+func (t *tally) replay(i int) reply {
+	res := t.results[i]
+	r := reply{counter: t.counters[i], epoch: int64(t.epochs[i]), left: res.QuarantineLeft, err: res.Err}
+	switch res.Outcome {
+	case OutcomePending:
+		r.err, r.shed = errShed, true
+	case OutcomeGranted:
+		r.code = codeApplied
+	case OutcomeQuarantined:
+		r.code = codeQuarantined
+	case OutcomeTaken:
+		r.code = codeTaken
+	case OutcomeNotHeld:
+		r.code = codeNotHeld
+	}
+	return r
+}
 
 // nodeOp runs one operation against one node with the given context.
 type nodeOp func(ctx context.Context, n *node) reply
@@ -261,6 +292,9 @@ func (b *ballot) record(ctx context.Context, r reply) {
 		t.fresh++
 	default:
 		t.others++
+		if res.Outcome == OutcomeTaken {
+			t.taken++
+		}
 	}
 }
 
@@ -271,11 +305,12 @@ func (b *ballot) decided() bool {
 	if b.all {
 		return b.answered == n
 	}
-	// While every answer so far is a fresh epoch, the key may be brand
-	// new: that needs every node's answer (or its timeout), since one
-	// late node with history decides it is not.
+	// While every answer so far is a fresh epoch or "taken", the key may
+	// be brand new (the keys taken may be other first uses' that are taken
+	// back, see splitFirstUse): that needs every node's answer (or its
+	// timeout), since one late node with history decides it is not.
 	possible := t.granted + (n - b.answered)
-	if t.others == 0 {
+	if t.others == t.taken {
 		possible += t.fresh
 	}
 	if t.granted >= t.need || b.answered == n {

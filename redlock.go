@@ -101,7 +101,10 @@
 // minority is emptied or unreachable at once. It costs one small hash per key
 // and node (kept for the retention), and on a key's first use Acquire waits
 // for every node's answer, at most one per-node timeout (docs/fencing.md,
-// "The amnesia guard").
+// "The amnesia guard"). When several clients make a key's first use at once,
+// the one whose grants are a majority asks the nodes that said "taken"
+// again, about a round trip later, once the others have taken their keys
+// back, and wins its one attempt, as with the guard off.
 //
 // # Leases
 //
