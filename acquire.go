@@ -822,7 +822,8 @@ type grantSet struct {
 
 // token is the fencing token: the highest counter among the grants. Every
 // counter counts, trusted or not: a node that lost its counter re-seeded it
-// from its clock, above every earlier token (docs/fencing.md).
+// from the clock (this attempt's or its own), above every earlier token
+// (docs/fencing.md, assumption C).
 func (g grantSet) token() uint64 {
 	var m uint64
 	for _, i := range g.idx {
@@ -952,18 +953,16 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	time.AfterFunc(vouchDelay, send)
 }
 
-// seedLead is how far below its own clock a client proposes the seed of new
-// fencing counters: half the 50 ms window within which acquireScript takes
-// the proposal, so that nodes whose clocks are within 25 ms of the client's
-// all seed the same value.
-const seedLead = 25 * time.Millisecond
-
 // seedProposal is the seed, in microseconds, this attempt proposes for the
-// counters it creates, and that seed + 1. One proposal for all nodes lets
-// their counters agree on a key's first use, which spares the write-back
-// round trip.
+// counters it creates, and that seed + 1: the client's clock as the attempt
+// begins. One proposal for all nodes lets their counters agree on a key's
+// first use, which spares the write-back round trip; nodes whose clocks are
+// within 25 ms of it take it (acquireScript). It is the clock itself, not a
+// time before it: an attempt that begins after an earlier holder acquired
+// then proposes a seed above that holder's token (docs/fencing.md,
+// assumption C), however soon after it begins.
 func seedProposal(now time.Time) (seed, next string) {
-	s := now.Add(-seedLead).UnixMicro()
+	s := now.UnixMicro()
 	return strconv.FormatInt(s, 10), strconv.FormatInt(s+1, 10)
 }
 

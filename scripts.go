@@ -191,9 +191,12 @@ end
 // not exist (first use on this node, the node lost its data, or the name was
 // idle for the retention) is first seeded from the clock in microseconds, so
 // that it starts above every token handed out before (docs/fencing.md states
-// the clock assumption). The seed is the client's proposal when it lies
-// within 50 ms below the node's clock (so that the nodes of one acquisition
-// seed the same value and agree, with no write-back), else the node's clock.
+// the clock assumption). The seed is the client's proposal (its clock as
+// the attempt began) when it lies within 25 ms of the node's clock, either
+// way (so that the nodes of one acquisition seed the same value and agree,
+// with no write-back), else the node's clock. Either way it is at least the
+// client's clock when the attempt began, which is what keeps a re-created
+// counter above the token of a holder that had acquired before.
 // A later grant on this node happens after this grant's key is gone, so it
 // returns a higher counter.
 //
@@ -231,7 +234,7 @@ if ARGV[5] == '1' then
     -- the node's clock in microseconds minus the proposal: exact, since
     -- both are below 2^53
     local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
-    if d >= 0 and d <= 50000 then
+    if d >= -25000 and d <= 25000 then
       redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
       c = tonumber(ARGV[7])
     else

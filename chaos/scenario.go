@@ -724,6 +724,14 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 		tr.info = append(tr.info, note)
 	}
 	tr.info = append(tr.info, tokenOrderNotes(tr.history)...)
+	if s.Expect == Safe && tr.report.Violations > 0 {
+		// A surprise: what the clients noted, and when, goes with the
+		// trial's verdict (for an exec job: when its group was sent
+		// SIGTERM and SIGKILL, and when its exit was seen).
+		for _, n := range tr.history.Notes {
+			tr.info = append(tr.info, fmt.Sprintf("at %.1f ms: %s", n.AtMS, n.Text))
+		}
+	}
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)
 	}
