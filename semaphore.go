@@ -153,7 +153,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, opts []Optio
 		return nil, err
 	}
 	retry := cfg.retry
-	cfg.retry = NoRetry() // one attempt per slot and round
+	cfg.retry = NoRetry()                // one attempt per slot and round
 	slots := cfg.mutant.Slots(s.permits) // chaos mutant hook
 	var (
 		watch        []*lockWaiter
