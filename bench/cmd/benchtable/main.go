@@ -247,6 +247,7 @@ func main() {
 		{"C1 p50: ours / redislock-1node", c1 + "ours", "p50-us", c1 + "redislock-1node", "p50-us"},
 		{"C1 p50: ours / ours-noguard (the amnesia guard's cost)", c1 + "ours", "p50-us", c1 + "ours-noguard", "p50-us"},
 		{"C1 ns/op: ours / ours-noguard", c1 + "ours", "ns/op", c1 + "ours-noguard", "ns/op"},
+		{"C1 p50: ours-semaphore / ours (a permit vs the lock)", c1 + "ours-semaphore", "p50-us", c1 + "ours", "p50-us"},
 		{"C2 p50: ours slow node / ours no fault (control)", c2 + "ours", "p50-us", c2 + "ours-nofault", "p50-us"},
 		{"C2 acquire p50: ours slow node / ours no fault (control)", c2 + "ours", "acq-p50-us", c2 + "ours-nofault", "acq-p50-us"},
 		{"C2 p50: ours slow node / ours C1", c2 + "ours", "p50-us", c1 + "ours", "p50-us"},
@@ -384,6 +385,7 @@ func targets(c *checker, nodeTimeout time.Duration) {
 	c.ratioTarget("C1 ours p50 ≤ 1.15 × floor", c1+"ours", "p50-us", c1+"floor", "p50-us", le(1.15))
 	c.ratioTarget("C1 ours-nofence p50 ≤ 1.05 × floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
 	c.ratioTarget("C1 ours allocs/op ≤ 1.5 × floor's", c1+"ours", "allocs/op", c1+"floor", "allocs/op", le(1.5))
+	c.ratioTarget("C1 ours-semaphore p50 (a permit's acquire + release) ≤ 1.2 × ours", c1+"ours-semaphore", "p50-us", c1+"ours", "p50-us", le(1.2))
 	for _, f := range []struct{ what, name string }{{"slow (5 ms)", "C2SlowNode/"}, {"refusing", "C3RefusingNode/"}, {"blackholed", "C3BlackholedNode/"}} {
 		c.ratioTarget("ours p50 (acquire + release) with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
 		c.valueTarget("ours with one "+f.what+" node: 0 stale keys once the Client is closed", f.name+"ours", "stale-keys", "", le(0))
