@@ -191,7 +191,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, opts []Optio
 		if unfix := unfixable(qe); unfix != nil {
 			qe.Cause, wait = joinCause(qe.Cause, unfix), false
 		}
-		if !wait || !s.waitRound(ctx, retry, round, slots, &watch) {
+		if !wait || !s.waitRound(ctx, retry, round, slots, cfg.prefix, &watch) {
 			if err := callerEnded(ctx); err != nil && !errors.Is(qe.Cause, err) {
 				qe.Cause = joinCause(qe.Cause, err)
 			}
@@ -261,7 +261,7 @@ func (s *Semaphore) round(ctx context.Context, ttl time.Duration, cfg config, sl
 // reports whether to make another. A release of one of the first
 // maxWatchedSlots slots that a majority announces cuts the delay short;
 // the waiters take their tickets at the first delay (notify.go).
-func (s *Semaphore) waitRound(ctx context.Context, retry RetryPolicy, round, slots int, watch *[]*lockWaiter) bool {
+func (s *Semaphore) waitRound(ctx context.Context, retry RetryPolicy, round, slots int, prefix string, watch *[]*lockWaiter) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -270,10 +270,8 @@ func (s *Semaphore) waitRound(ctx context.Context, retry RetryPolicy, round, slo
 		return false
 	}
 	if *watch == nil && delay > 0 {
-		cfg := s.c.cfg
-		_ = cfg.apply(s.opts) // checked by Client.Semaphore
 		for i := range min(slots, maxWatchedSlots) {
-			if w := s.c.notify.join(cfg.prefix + PermitKey(s.name, i)); w != nil {
+			if w := s.c.notify.join(prefix + PermitKey(s.name, i)); w != nil {
 				*watch = append(*watch, w)
 			}
 		}
