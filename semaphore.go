@@ -90,9 +90,10 @@ func (s *Semaphore) Permits() int { return s.permits }
 
 // Permit is one permit of a Semaphore: the Lock on one of its slots. Every
 // Lock method applies (Release, KeepAlive, Token, ValidUntil, …); Key is
-// PermitKey(Name(), Slot()). The fencing token increases from holder to
-// holder of the same slot, not across slots: a resource that fences a
-// semaphore's holders keeps one high-water mark per slot (per Key).
+// PermitKey(Name(), Slot()), and Attempts counts the rounds Acquire made.
+// The fencing token increases from holder to holder of the same slot, not
+// across slots: a resource that fences a semaphore's holders keeps one
+// high-water mark per slot (per Key).
 type Permit struct {
 	*Lock
 	name string
@@ -171,6 +172,9 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, opts []Optio
 			w.mark()
 		}
 		p, qe, err := s.round(ctx, ttl, cfg, slots)
+		if p != nil {
+			p.attempts = round // Attempts: the rounds this call made
+		}
 		if p != nil || err != nil {
 			done(lockOf(p), err)
 			return p, err

@@ -60,19 +60,22 @@ func ExampleSemaphore_Do() {
 	wg.Wait()
 	fmt.Println("at most 3 calls at once:", most.Load() <= 3)
 
-	// All permits taken: TryAcquire says so with ErrTaken.
+	// All permits taken: TryAcquire says so with ErrTaken. (Acquire waits
+	// for the workers' last clean-ups, which may still run in the background.)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var held []*redlock.Permit
 	for range 3 {
-		p, err := sem.TryAcquire(context.Background(), 10*time.Second)
+		p, err := sem.Acquire(ctx, 10*time.Second)
 		if err != nil {
 			log.Fatal(err)
 		}
 		held = append(held, p)
 	}
-	_, err = sem.TryAcquire(context.Background(), 10*time.Second)
+	_, err = sem.TryAcquire(ctx, 10*time.Second)
 	fmt.Println("fourth permit:", errors.Is(err, redlock.ErrTaken))
 	for _, p := range held {
-		_ = p.Release(context.Background())
+		_ = p.Release(ctx)
 	}
 	// Output:
 	// at most 3 calls at once: true

@@ -144,6 +144,7 @@ func TestSemaphore_AcquireWokenOnRelease(t *testing.T) {
 		wg.Wait()
 		require.NotNil(t, got)
 		assert.Equal(t, b.Slot(), got.Slot())
+		assert.Equal(t, 2, got.Attempts(), "a round before the release, one after")
 		assert.Less(t, gotAt.Sub(released), 100*time.Millisecond, "woken by the release, not by its 5 s retry delay")
 		require.NoError(t, got.Release(ctx))
 		require.NoError(t, a.Release(ctx))
