@@ -191,6 +191,15 @@
 // never the current one. Reads that fewer than a majority answer send
 // nothing.
 //
+// # Semaphores
+//
+// Client.Semaphore gives at most N holders of a name: N slots, each the lock
+// on PermitKey(name, i), and a permit is the lock on one of them, taken with
+// Acquire's rules (one attempt per slot and round, from a random slot).
+// Two holders at once of one slot would be two holders of one lock, so at
+// most N hold at once; a permit's fencing token is its slot's
+// (docs/semaphore.md).
+//
 // # Releasing
 //
 // Lock.Release waits for a node at most the per-node timeout, counted from

@@ -175,8 +175,8 @@ func admin(addr string) *redis.Client {
 	return c
 }
 
-// scanKeys returns the lock keys ("bench:*") on the live servers of srv,
-// per server address.
+// scanKeys returns the lock keys ("bench:*", and the semaphores' permits
+// "{bench:*}:permit:<slot>") on the live servers of srv, per server address.
 func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 	b.Helper()
 	ctx := context.Background()
@@ -185,12 +185,14 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 		if !s.Alive() {
 			continue // killed: its keys died with it
 		}
-		iter := admin(s.Addr).Scan(ctx, 0, "bench:*", 1000).Iterator()
-		for iter.Next(ctx) {
-			found[s] = append(found[s], iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			b.Fatalf("scan %s: %v", s.Addr, err)
+		for _, pattern := range []string{"bench:*", "{bench:*}:permit:[0-9]"} {
+			iter := admin(s.Addr).Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				found[s] = append(found[s], iter.Val())
+			}
+			if err := iter.Err(); err != nil {
+				b.Fatalf("scan %s: %v", s.Addr, err)
+			}
 		}
 	}
 	return found
@@ -507,7 +509,7 @@ func benchOpsRing(b *testing.B, kind Kind, addrs []string, srv []*Server, lost *
 // Case 1: 5 nodes, one goroutine, acquire + release on distinct keys.
 func BenchmarkC1Uncontended(b *testing.B) {
 	srv := nodes(b, 5)
-	for _, k := range []Kind{Ours, OursNoGuard, OursNoFence, Floor, RedsyncTuned, RedsyncDefault, Redislock} {
+	for _, k := range []Kind{Ours, OursSemaphore, OursNoGuard, OursNoFence, Floor, RedsyncTuned, RedsyncDefault, Redislock} {
 		b.Run(string(k), func(b *testing.B) {
 			benchOps(b, k, addrsOf(srv), srv, nil, 1, nil, nil)
 		})

@@ -81,12 +81,19 @@ const (
 	// release on the nodes' round trips: one round trip per phase to the
 	// quorum-th fastest node, with the smallest command.
 	Limit Kind = "limit"
+	// OursSemaphore is Ours taking one permit of a semaphore of
+	// SemaphorePermits permits (Client.Semaphore, TryAcquire) named by the
+	// key, instead of the lock on the key.
+	OursSemaphore Kind = "ours-semaphore"
 )
+
+// SemaphorePermits is the number of permits of OursSemaphore's semaphores.
+const SemaphorePermits = 3
 
 // NewImpl configures kind over the nodes at addrs ("host:port").
 func NewImpl(kind Kind, addrs []string) (Impl, error) {
 	switch kind {
-	case Ours, OursNoFence, OursNoGuard:
+	case Ours, OursNoFence, OursNoGuard, OursSemaphore:
 		urls := make([]string, len(addrs))
 		for i, a := range addrs {
 			urls[i] = "redis://" + a
@@ -101,6 +108,9 @@ func NewImpl(kind Kind, addrs []string) (Impl, error) {
 		c, err := redlock.Dial(urls, opts...)
 		if err != nil {
 			return nil, err
+		}
+		if kind == OursSemaphore {
+			return &semaphoreImpl{c: c}, nil
 		}
 		return &oursImpl{c: c}, nil
 	case RedsyncDefault, RedsyncTuned:
@@ -154,6 +164,25 @@ func redsyncOptions(kind Kind) []redsync.Option {
 // --- ours ---
 
 type oursImpl struct{ c *redlock.Client }
+
+type semaphoreImpl struct{ c *redlock.Client }
+
+func (o *semaphoreImpl) Op(ctx context.Context, key string) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	sem, err := o.c.Semaphore(key, SemaphorePermits)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := sem.TryAcquire(ctx, TTL)
+	acq := time.Now()
+	if err != nil {
+		return acq.Sub(start), 0, err
+	}
+	err = p.Release(ctx)
+	return acq.Sub(start), time.Since(acq), err
+}
+
+func (o *semaphoreImpl) Close() { _ = o.c.Close() }
 
 func (o *oursImpl) Op(ctx context.Context, key string) (time.Duration, time.Duration, error) {
 	start := time.Now()

@@ -281,9 +281,10 @@ func Catalogue() []Scenario {
 	}
 }
 
-// Find returns the built-in scenario with the given name.
+// Find returns the built-in scenario with the given name (of the
+// catalogue or SemaphoreScenarios).
 func Find(name string) (Scenario, bool) {
-	for _, s := range Catalogue() {
+	for _, s := range append(Catalogue(), SemaphoreScenarios()...) {
 		if s.Name == name {
 			return s, true
 		}

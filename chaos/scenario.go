@@ -647,6 +647,9 @@ func closeProxies(proxies [][]*Proxy) {
 
 // runTrial runs one trial of s, with the mutant m unless it is nil.
 func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed uint64) (trialResult, error) {
+	if s.Workload.Permits > 0 {
+		return runSemaphoreTrial(ctx, cluster, s, m, seed)
+	}
 	if s.ElapsedSubtracted && len(s.validityCaps(len(cluster.Nodes()))) == 0 {
 		return trialResult{}, fmt.Errorf("chaos: %s checks the elapsed time, but no fault delays a client's replies on a majority from the start", s.Name)
 	}

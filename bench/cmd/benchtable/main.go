@@ -309,6 +309,7 @@ func main() {
 		{"C1 p50: ours / redislock-1node", c1 + "ours", "p50-us", c1 + "redislock-1node", "p50-us"},
 		{"C1 p50: ours / ours-noguard (the amnesia guard's cost)", c1 + "ours", "p50-us", c1 + "ours-noguard", "p50-us"},
 		{"C1 ns/op: ours / ours-noguard", c1 + "ours", "ns/op", c1 + "ours-noguard", "ns/op"},
+		{"C1 p50: ours-semaphore / ours (a permit vs the lock)", c1 + "ours-semaphore", "p50-us", c1 + "ours", "p50-us"},
 		{"C2 p50: ours slow node / ours no fault (control)", c2 + "ours", "p50-us", c2 + "ours-nofault", "p50-us"},
 		{"C2 acquire p50: ours slow node / ours no fault (control)", c2 + "ours", "acq-p50-us", c2 + "ours-nofault", "acq-p50-us"},
 		{"C2 p50: ours slow node / ours C1", c2 + "ours", "p50-us", c1 + "ours", "p50-us"},
@@ -444,6 +445,7 @@ func targets(c *checker, rows []row, nodeTimeout time.Duration) {
 	c.ratioTarget("Acquire + release on loopback, p50: ours ≤ 1.15 × the floor", c1+"ours", "p50-us", c1+"floor", "p50-us", le(1.15))
 	c.ratioTarget("Acquire + release on loopback, fencing off, p50: ≤ 1.05 × the floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
 	c.ratioTarget("Acquire + release on loopback, a new name each time, p50: amnesia guard on ≤ 1.05 × off", c1+"ours", "p50-us", c1+"ours-noguard", "p50-us", le(1.05))
+	c.ratioTarget("Acquire + release on loopback, p50: a semaphore permit (of 3) ≤ 1.2 × the lock", c1+"ours-semaphore", "p50-us", c1+"ours", "p50-us", le(1.2))
 
 	// Faults.
 	for _, f := range []struct{ what, name string }{{"slow (5 ms)", "C2SlowNode/"}, {"refusing", "C3RefusingNode/"}, {"blackholed", "C3BlackholedNode/"}} {
