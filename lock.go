@@ -43,6 +43,10 @@ type Lock struct {
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
+	// multi is set for a multi-key lock (multilock.go): keys then holds
+	// each key's lock key, counter and epoch in turn, and Release and
+	// Extend send the multi-key scripts.
+	multi *multiKeys
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles; and by
 	// the acquisition's late replies.
@@ -374,7 +378,9 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	}
 	l.state.released.Store(true)
 	call := l.holdCall(time.Now()) // nil once the minimum hold has passed
-	if call == nil && l.vouch {
+	if l.multi != nil {
+		call = l.multiReleaseCall()
+	} else if call == nil && l.vouch {
 		call = newScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
 	} else if call == nil {
 		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
@@ -584,6 +590,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	// this TTL on some nodes, and Release must wait for those keys too.
 	l.state.noteTTL(ttl)
 	call := newScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
+	if l.multi != nil {
+		call = l.multiExtendCall(ttl)
+	}
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
@@ -634,6 +643,9 @@ var errLockEnded = errors.New("the lock was released or declared lost")
 // nodes put back are reported as granted in t.
 func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
 	c := l.client
+	if l.multi != nil {
+		return // a multi-key lock is not put back (MultiLock.Extend)
+	}
 	gone := make(map[*node]bool)
 	for i, r := range t.results {
 		if r.Outcome == OutcomeNotHeld {
