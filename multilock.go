@@ -77,6 +77,10 @@ func (m *MultiLock) Owner() string { return m.lock.owner }
 // TTL returns the TTL the keys were set (or last extended) with.
 func (m *MultiLock) TTL() time.Duration { return m.lock.ttl }
 
+// AcquiredAt returns when the lock was handed out (for an extended lock,
+// when the extension was), as Lock.AcquiredAt.
+func (m *MultiLock) AcquiredAt() time.Time { return m.lock.acquiredAt }
+
 // ValidUntil returns the validity deadline, as Lock.ValidUntil: the start of
 // the attempt (or extension) plus TTL minus the drift allowance.
 func (m *MultiLock) ValidUntil() time.Time { return m.lock.ValidUntil() }

@@ -281,9 +281,10 @@ func Catalogue() []Scenario {
 	}
 }
 
-// Find returns the built-in scenario with the given name.
+// Find returns the built-in scenario with the given name: one of the
+// catalogue, or of the multi-key lock's (multilock.go).
 func Find(name string) (Scenario, bool) {
-	for _, s := range Catalogue() {
+	for _, s := range append(Catalogue(), multiScenarios()...) {
 		if s.Name == name {
 			return s, true
 		}

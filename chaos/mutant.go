@@ -100,6 +100,9 @@ func Mutants() []Mutant {
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{ResignWithoutOwnerCheck: true}},
 		{Name: "recampaign-keeps-term", Summary: "Lead, elected again after a loss, keeps the term of its first leadership",
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{LeadKeepsTerm: true}},
+		{Name: "multi-partial-grant", Summary: "a multi-key lock is granted on a node where some of its keys are free, setting only those",
+			Scenarios: []string{"multi-key"},
+			rewrites:  []mutation.Rewrite{{Script: "multi-acquire", Old: "if #held > 0 then", New: "if #held >= 2 * k then"}}},
 	}
 }
 
