@@ -458,13 +458,13 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 		return nil, held, newQuorumError(OpAcquire, joined, c.quorum, acq, ErrNotAcquired, cause)
 	}
 	a.decide(succeeded)
-	a.vouch(acq, grants)
+	vouch := a.vouch(acq, grants)
 	a.shared.noteTTL(ttl)
 	return &Lock{
 		client: c, cfg: cfg, key: joined, keys: all, owner: owner, token: tokens[0],
 		keyArgs: a.call.boxedKeys(len(all)), ownerArg: a.call.boxedArg(0), ttl: ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(ttl - Drift(ttl, cfg.driftFactor)),
-		nodes: acq.results, state: a.shared, holdUntil: acquiredAt,
+		nodes: acq.results, state: a.shared, holdUntil: acquiredAt, vouch: vouch,
 		multi: &multiKeys{names: mk.names, tokens: tokens},
 	}, -1, nil
 }
@@ -677,11 +677,12 @@ func (a *multiAcq) fenceCall(tokens []uint64, vouch bool) *scriptCall {
 
 // vouch sends, in the background, the vouching of a successful
 // acquisition to the grants that have an untrusted key (amnesia guard);
-// Close waits for it. A vouch that comes after the release finds no key of
-// ours and changes nothing: the node then stays untrusted for those keys.
-func (a *multiAcq) vouch(acq *tally, grants []int) {
+// Close waits for it. It reports whether the Lock's release must vouch
+// too: not every node granted in time with every epoch trusted (a release
+// may overtake the vouching, and a late grant gets none but the release's).
+func (a *multiAcq) vouch(acq *tally, grants []int) bool {
 	if a.quarantine == 0 {
-		return
+		return false
 	}
 	var need []*node
 	for _, i := range grants {
@@ -690,7 +691,7 @@ func (a *multiAcq) vouch(acq *tally, grants []int) {
 		}
 	}
 	if len(need) == 0 {
-		return
+		return len(grants) < len(a.c.nodes)
 	}
 	call := a.fenceCall(make([]uint64, len(a.mk.names)), true)
 	untrack := a.c.track()
@@ -706,6 +707,7 @@ func (a *multiAcq) vouch(acq *tally, grants []int) {
 		}
 		wg.Wait()
 	}()
+	return true
 }
 
 // taken returns the index of the first key a node found held (-1: none)
@@ -770,7 +772,7 @@ func (a *multiAcq) late(r reply) {
 // undo is the owner-checked delete of every key of the attempt. Grants
 // create epochs void, so no epoch needs voiding.
 func (a *multiAcq) undo() *scriptCall {
-	return newScriptCallBoxed(multiReleaseScript, a.call.keys, a.call.boxedKeys(len(a.call.keys)), a.call.boxedArg(0))
+	return newScriptCallBoxed(multiReleaseScript, a.call.keys, a.call.boxedKeys(len(a.call.keys)), a.call.boxedArg(0), "0")
 }
 
 // cleanUp deletes the failed attempt's keys on every node that may hold
@@ -802,8 +804,19 @@ func (a *multiAcq) cleanUp(acq *tally) <-chan struct{} {
 }
 
 // multiReleaseCall is Release's call for a multi-key lock.
+// With the amnesia guard, when not every node granted in time with
+// trusted epochs (vouch), it vouches and writes the tokens back where it
+// deletes the keys: it may overtake the acquisition's follow-up writes.
 func (l *Lock) multiReleaseCall() *scriptCall {
-	return newScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, l.ownerArg)
+	if !l.vouch {
+		return newScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, l.ownerArg, "0")
+	}
+	args := make([]any, 0, 2+len(l.multi.tokens))
+	args = append(args, l.ownerArg, "1")
+	for _, t := range l.multi.tokens {
+		args = append(args, strconv.FormatUint(t, 10))
+	}
+	return newScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, args...)
 }
 
 // multiExtendCall is Extend's call for a multi-key lock.

@@ -253,3 +253,70 @@ func TestAcquireMulti_ClusterNeedsOneSlot(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, redlock.ErrInvalidArgument), "%v", err)
 }
+
+// With the amnesia guard, a key's first use leaves every node's epoch to
+// be vouched for; a Release that overtakes that vouching vouches where it
+// deletes, so the next acquisition of the keys is not held up by
+// quarantined nodes. A key used before and a new one are locked together at
+// once: the first-use rule applies per key.
+func TestAcquireMulti_GuardPerKeyAndReleaseVouches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 5, redlock.WithQuarantine(time.Minute))
+		ctx := context.Background()
+		c.useKey(t, "a")
+		for i := range 3 {
+			c.nodes[i].SlowScripts(time.Second, "multi-fence")
+		}
+		m, err := c.rl.TryAcquireMulti(ctx, []string{"a", "b"}, 10*time.Second)
+		require.NoError(t, err, "a is trusted everywhere, b is new everywhere")
+		require.NoError(t, m.Release(ctx))
+		synctest.Wait()
+		for i := range 3 {
+			c.nodes[i].SlowScripts(0)
+		}
+		m, err = c.rl.TryAcquireMulti(ctx, []string{"a", "b"}, 10*time.Second)
+		require.NoError(t, err, "the release vouched for b where the vouching came too late")
+		require.NoError(t, m.Release(ctx))
+		c.requireGone(t, "b")
+	})
+}
+
+// A node that lost its data does not count for the keys it forgot, as for
+// the lock: A holds the keys on nodes 0-2 only, node 0 loses its data, and
+// B, which nodes 3 and 4 (trusted, free) and node 0 would grant, must not
+// win. Without the guard it does: the limit the guard exists for.
+func TestAcquireMulti_AmnesiaGuard(t *testing.T) {
+	for _, guard := range []bool{true, false} {
+		t.Run(map[bool]string{true: "guard", false: "no guard"}[guard], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opt := redlock.WithQuarantine(time.Minute)
+				if !guard {
+					opt = redlock.WithoutAmnesiaGuard()
+				}
+				c := newCluster(t, 5, opt)
+				ctx := context.Background()
+				c.useKey(t, "a")
+				c.useKey(t, "b")
+				c.nodes[3].Refuse()
+				c.nodes[4].Refuse()
+				m, err := c.rl.TryAcquireMulti(ctx, []string{"a", "b"}, 10*time.Second)
+				require.NoError(t, err)
+				synctest.Wait()
+				c.nodes[3].Revive(t)
+				c.nodes[4].Revive(t)
+				c.nodes[0].m.FlushAll()
+				b, err := c.rl.TryAcquireMulti(ctx, []string{"b", "a"}, 10*time.Second)
+				if !guard {
+					require.NoError(t, err, "without the guard B wins while A holds the keys")
+					require.NoError(t, b.Release(ctx))
+					return
+				}
+				require.ErrorIs(t, err, redlock.ErrNotAcquired)
+				qe := quorumError(t, err)
+				assert.Equal(t, redlock.OutcomeQuarantined, qe.Nodes[0].Outcome)
+				assert.LessOrEqual(t, qe.Granted, 2, "nodes 3 and 4 at most")
+				assert.Positive(t, m.Validity())
+			})
+		})
+	}
+}

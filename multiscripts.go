@@ -107,7 +107,11 @@ end
 `
 
 // multiReleaseScript deletes every lock key that holds the owner value
-// ARGV[1], telling each deleted key's longest waiter (luaWakeNext). Codes:
+// ARGV[1], telling each deleted key's longest waiter (luaWakeNext). With
+// ARGV[2] = "1" it also does, where it deletes key i, what the
+// acquisition's follow-up writes do (releaseVouchScript): counter :=
+// max(counter, ARGV[2 + i]) and the epoch trusted, only where they exist;
+// a release may overtake them. Codes:
 // 1 every key was ours and is deleted, 2 the same and a waiter was told
 // (codeHandedOff), -1 some key was not ours and another owner holds one,
 // 0 some key was not ours and none is held by another (the keys of ours
@@ -120,6 +124,16 @@ for i = 1, k do
   local lk = KEYS[3 * i - 2]
   if mine > 0 and redis.pcall('GET', lk) == ARGV[1] then
     redis.call('DEL', lk)
+    if ARGV[2] == '1' then
+      local tok = ARGV[2 + i]
+      local c = redis.call('GET', KEYS[3 * i - 1])
+      if tok and c and tonumber(c) < tonumber(tok) then
+        redis.call('SET', KEYS[3 * i - 1], tok, 'KEEPTTL')
+      end
+      if redis.call('EXISTS', KEYS[3 * i]) == 1 then
+        redis.call('HSET', KEYS[3 * i], 'trusted', '1')
+      end
+    end
     if wakeNext(lk, ARGV[1]) == 2 then woke = 2 end
   end
 end
