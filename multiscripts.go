@@ -116,28 +116,34 @@ end
 // (codeHandedOff), -1 some key was not ours and another owner holds one,
 // 0 some key was not ours and none is held by another (the keys of ours
 // are deleted all the same). A failed attempt's clean-up uses it too.
-var multiReleaseScript = redis.NewScript(luaWakeNext + luaMultiOwned + `
+var multiReleaseScript = redis.NewScript(luaWakeNext + `
 local k = #KEYS / 3
-local mine, other = owned(ARGV[1])
-local woke = 1
+local ours, other = {}, false
 for i = 1, k do
-  local lk = KEYS[3 * i - 2]
-  if mine > 0 and redis.pcall('GET', lk) == ARGV[1] then
-    redis.call('DEL', lk)
-    if ARGV[2] == '1' then
-      local tok = ARGV[2 + i]
-      local c = redis.call('GET', KEYS[3 * i - 1])
-      if tok and c and tonumber(c) < tonumber(tok) then
-        redis.call('SET', KEYS[3 * i - 1], tok, 'KEEPTTL')
-      end
-      if redis.call('EXISTS', KEYS[3 * i]) == 1 then
-        redis.call('HSET', KEYS[3 * i], 'trusted', '1')
-      end
-    end
-    if wakeNext(lk, ARGV[1]) == 2 then woke = 2 end
+  local v = redis.pcall('GET', KEYS[3 * i - 2])
+  if v == ARGV[1] then
+    ours[#ours + 1] = i
+  elseif v then
+    other = true
   end
 end
-if mine == k then return woke end
+local woke = 1
+for _, i in ipairs(ours) do
+  local lk = KEYS[3 * i - 2]
+  redis.call('DEL', lk)
+  if ARGV[2] == '1' then
+    local tok = ARGV[2 + i]
+    local c = redis.call('GET', KEYS[3 * i - 1])
+    if tok and c and tonumber(c) < tonumber(tok) then
+      redis.call('SET', KEYS[3 * i - 1], tok, 'KEEPTTL')
+    end
+    if redis.call('EXISTS', KEYS[3 * i]) == 1 then
+      redis.call('HSET', KEYS[3 * i], 'trusted', '1')
+    end
+  end
+  if wakeNext(lk, ARGV[1]) == 2 then woke = 2 end
+end
+if #ours == k then return woke end
 if other then return -1 end
 return 0
 `)
