@@ -294,7 +294,7 @@ func main() {
 			c.skip("C1 " + v + " allocs/op ≤ 90")
 		}
 	}
-	ratioTarget("multi-key lock of 4 keys p50 ≤ 1.2 × one key's (Acquire)", "MultiLock/multi-4", "p50-us", "MultiLock/one-key", "p50-us", le(1.2))
+	ratioTarget("multi-key lock of 4 keys p50 ≤ 1.2 × one key's (Acquire), interleaved", "MultiLock/interleaved", "multi4-p50-us", "MultiLock/interleaved", "one-p50-us", le(1.2))
 	for _, f := range []struct{ what, name string }{{"slow (5 ms)", c2}, {"refusing", c3r}, {"blackholed", c3b}} {
 		ratioTarget("ours p50 with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
 		ratioTarget("(acquire only) ours acquire p50 with one "+f.what+" node ≤ 1.2 × without (control)", f.name+"ours", "acq-p50-us", f.name+"ours-nofault", "acq-p50-us", le(1.2))
