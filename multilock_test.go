@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // requireMultiHeld requires every node to hold every key with owner.
@@ -319,4 +320,28 @@ func TestAcquireMulti_AmnesiaGuard(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The partial-grant mutant (chaos/mutant.go: multi-partial-grant), a node
+// that sets the free keys of a set whose other keys are held, gives two
+// holders of one key: the check the tests above and the chaos harness make
+// must see it. Here, on the wire as the harness does it, deterministically.
+func TestAcquireMulti_PartialGrantMutantBreaksExclusion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mutated, err := mutation.Compile([]mutation.Rewrite{{Script: "multi-acquire", Old: "if #held > 0 then", New: "if #held >= 2 * k then"}})
+		require.NoError(t, err)
+		c := newCluster(t, 3, noGuard)
+		for _, n := range c.nodes {
+			n.rc.AddHook(mutation.ScriptHook(mutated))
+		}
+		ctx := context.Background()
+		ab, err := c.rl.TryAcquireMulti(ctx, []string{"a", "b"}, 10*time.Second)
+		require.NoError(t, err)
+		cb, err := c.rl.TryAcquireMulti(ctx, []string{"c", "b"}, 10*time.Second)
+		require.NoError(t, err, "the mutant grants {c, b} while b is held")
+		assert.Positive(t, ab.Validity())
+		assert.Positive(t, cb.Validity())
+		_ = cb.Release(ctx)
+		_ = ab.Release(ctx)
+	})
 }

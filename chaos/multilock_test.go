@@ -45,19 +45,23 @@ func multiTrials() int {
 }
 
 // Every catalogue scenario, run with multi-key locks (AsMulti) on in-process
-// nodes, keeps the lock's promises per key: where the lock is safe no two
-// holders of a key overlap, and where it is not, the fenced resource refuses
-// every stale write (unless the scenario breaks fencing itself).
+// nodes, keeps the lock's safety promises per key: where the lock is safe no
+// two holders of a key overlap, no promise breaks, and the fenced resource
+// refuses every stale write (unless the scenario breaks fencing itself).
+// On a busy machine the short trials may take no lock at all (a liveness
+// miss, as for the election's in-process run): that is logged, and the
+// verdict must then be Safe only with REDLOCK_MULTI_CATALOGUE=1.
 func TestMultiCatalogue_InProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole catalogue with multi-key locks")
 	}
+	strict := os.Getenv("REDLOCK_MULTI_CATALOGUE") != ""
 	ctx := context.Background()
 	sem := make(chan struct{}, 2)
 	var wg sync.WaitGroup
 	for _, s := range append(Catalogue(), multiScenarios()...) {
-		if s.Workload.Clients < 2 || len(s.Workload.Modes) > 0 && s.Workload.Modes[0] == ModeExec {
-			continue // one client, or exec's own workload: nothing for multi-key locks to show
+		if len(s.Workload.Modes) > 0 && s.Workload.Modes[0] == ModeExec {
+			continue // exec's own workload: nothing for multi-key locks to show
 		}
 		s = AsMulti(s).Scaled(testTimeScale)
 		expect := s.Expect
@@ -78,14 +82,25 @@ func TestMultiCatalogue_InProcess(t *testing.T) {
 					t.Logf("skipped: %s", res.Skipped)
 					return
 				}
+				assert.Zero(t, res.BrokenTrials, "%s: a promise of the lock failed", s.Name)
 				if expect == Safe {
-					assert.Equal(t, Safe, res.Observed, "%s: two holders of a key overlapped, or a promise failed", s.Name)
+					assert.Zero(t, res.Violations, "%s: two holders of a key overlapped", s.Name)
+					assert.Zero(t, res.StalePlain, "%s: a stale write in a safe scenario", s.Name)
 				} else {
-					assert.NotEqual(t, Broken, res.Observed, "%s: a promise of the lock failed", s.Name)
 					t.Logf("%s (expected %s for the lock): %s", s.Name, expect, res.Observed)
 				}
 				if !s.FencingBreaks {
 					assert.Zero(t, res.StaleFenced, "the fenced resource accepted a stale token's write")
+					assert.Zero(t, res.TokenOrder, "tokens out of order")
+				}
+				if res.LivenessMisses == res.Trials && !strict {
+					t.Logf("%s: every trial missed its liveness check (a busy machine?); REDLOCK_MULTI_CATALOGUE=1 makes that a failure", s.Name)
+					return
+				}
+				if expect == Safe {
+					assert.Equal(t, Safe, res.Observed, "%s", s.Name)
+				} else {
+					assert.NotEqual(t, Broken, res.Observed, "%s", s.Name)
 				}
 			})
 		})
