@@ -157,6 +157,7 @@ type KeyHolder struct {
 // holderLen is how much of an owner value a KeyHolder shows.
 const holderLen = 8
 
+// Error lists the held keys, with the nodes and holders of each.
 func (e *KeysTakenError) Error() string {
 	var b strings.Builder
 	b.WriteString("keys held elsewhere:")
