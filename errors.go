@@ -152,3 +152,14 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	return []error{e.Err, e.Cause}
 }
+
+// joinCause returns a and b as one cause ("a; b"); nil ones are left out.
+func joinCause(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return fmt.Errorf("%w; %w", a, b)
+}

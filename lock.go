@@ -45,6 +45,10 @@ type Lock struct {
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
+	// multi is set for a multi-key lock (multilock.go): keys then holds
+	// each key's lock key, counter and epoch in turn, and Release and
+	// Extend send the multi-key scripts.
+	multi *multiKeys
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles; and by
 	// the acquisition's late replies.
@@ -383,7 +387,9 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	// This Client's waiters of the key that left and may still be
 	// subscribed: the release tells the next waiter instead (luaWakeNext).
 	skip := c.notify.leftChannels(l.keys[0])
-	if call == nil && l.vouch {
+	if l.multi != nil {
+		call = l.multiReleaseCall()
+	} else if call == nil && l.vouch {
 		call = releaseCall(releaseVouchScript, l.keys, l.keyArgs, skip, l.ownerArg, strconv.FormatUint(l.token, 10))
 	} else if call == nil {
 		call = releaseCall(releaseScript, l.keys[:1], l.keyArgs[:1], skip, l.ownerArg)
@@ -607,6 +613,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	// this TTL on some nodes, and Release must wait for those keys too.
 	l.state.noteTTL(ttl)
 	call := newScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
+	if l.multi != nil {
+		call = l.multiExtendCall(ttl)
+	}
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.run(ctx, n).Int64()
 		return reply{code: code, err: err}
@@ -657,6 +666,9 @@ var errLockEnded = errors.New("the lock was released or declared lost")
 // nodes put back are reported as granted in t.
 func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
 	c := l.client
+	if l.multi != nil {
+		return // a multi-key lock is not put back (MultiLock.Extend)
+	}
 	gone := make(map[*node]bool)
 	for i, r := range t.results {
 		if r.Outcome == OutcomeNotHeld {

@@ -205,17 +205,6 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, opts []Optio
 	}
 }
 
-// joinCause returns a and b as one cause ("a; b"); nil ones are left out.
-func joinCause(a, b error) error {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return fmt.Errorf("%w; %w", a, b)
-}
-
 // lockOf returns p's Lock, or nil.
 func lockOf(p *Permit) *Lock {
 	if p == nil {

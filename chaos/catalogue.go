@@ -281,10 +281,10 @@ func Catalogue() []Scenario {
 	}
 }
 
-// Find returns the built-in scenario with the given name (of the
-// catalogue or SemaphoreScenarios).
+// Find returns the built-in scenario with the given name: one of the
+// catalogue, SemaphoreScenarios, or the multi-key lock's (multilock.go).
 func Find(name string) (Scenario, bool) {
-	for _, s := range append(Catalogue(), SemaphoreScenarios()...) {
+	for _, s := range append(append(Catalogue(), SemaphoreScenarios()...), multiScenarios()...) {
 		if s.Name == name {
 			return s, true
 		}

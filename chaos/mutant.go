@@ -105,6 +105,9 @@ func Mutants() []Mutant {
 		{Name: "semaphore-slot-without-nx", Summary: "a semaphore slot is granted while another holder has it (SET without NX)",
 			Scenarios: []string{"semaphore-contention"},
 			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: setNX, New: "ARGV[1], 'PX'"}}},
+		{Name: "multi-partial-grant", Summary: "a multi-key lock is granted on a node where some of its keys are free, setting only those",
+			Scenarios: []string{"multi-key"},
+			rewrites:  []mutation.Rewrite{{Script: "multi-acquire", Old: "if #held > 0 then", New: "if #held >= 2 * k then"}}},
 	}
 }
 

@@ -448,6 +448,8 @@ func (h *holder) loop(ctx context.Context) {
 			ok = h.holdElect(ctx, n)
 		case ModeLead:
 			ok = h.holdLead(ctx, n)
+		case ModeMulti:
+			ok = h.holdMulti(ctx, n) // multilock.go
 		default:
 			ok = h.holdLock(ctx, n)
 		}

@@ -446,6 +446,7 @@ func targets(c *checker, rows []row, nodeTimeout time.Duration) {
 	c.ratioTarget("Acquire + release on loopback, fencing off, p50: ≤ 1.05 × the floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
 	c.ratioTarget("Acquire + release on loopback, a new name each time, p50: amnesia guard on ≤ 1.05 × off", c1+"ours", "p50-us", c1+"ours-noguard", "p50-us", le(1.05))
 	c.ratioTarget("Acquire + release on loopback, p50: a semaphore permit (of 3) ≤ 1.2 × the lock", c1+"ours-semaphore", "p50-us", c1+"ours", "p50-us", le(1.2))
+	c.ratioTarget("Acquire + release, a multi-key lock of 4 keys, p50: ≤ 1.2 × one key's (Acquire), interleaved", "MultiLock/interleaved", "multi4-p50-us", "MultiLock/interleaved", "one-p50-us", le(1.2))
 
 	// Faults.
 	for _, f := range []struct{ what, name string }{{"slow (5 ms)", "C2SlowNode/"}, {"refusing", "C3RefusingNode/"}, {"blackholed", "C3BlackholedNode/"}} {
