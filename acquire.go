@@ -687,10 +687,7 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		}
 		c.enter(n, false)
 		defer n.exit()
-		code, err := rel.run(ctx, n).Int64()
-		if code == codeHandedOff {
-			code = codeApplied // the clean-up told a waiter: a minority, it wakes nobody
-		}
+		code, err := rel.run(ctx, n).Int64() // a waiter told here: a minority, it wakes nobody
 		return reply{code: code, err: err}
 	})
 	return done

@@ -428,7 +428,8 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 			defer cancel()
 			code, err := call.run(dctx, n).Int64()
-			return reply{code: c.notify.released(l.keys[0], code), err: err}
+			c.notify.released(l.keys[0], code)
+			return reply{code: code, err: err}
 		}
 		if unsent {
 			return reply{err: errShed} // nothing to delete
@@ -439,7 +440,8 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd 
 	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
 	code, err := call.run(dctx, n).Int64()
-	return reply{code: c.notify.released(l.keys[0], code), err: err}
+	c.notify.released(l.keys[0], code)
+	return reply{code: code, err: err}
 }
 
 // countLate counts into the release vote t the replies that arrive after it

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // Option configures a Client (New, Dial) or one call (Acquire, TryAcquire).
@@ -46,7 +44,7 @@ type config struct {
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
 
-	mutant *mutation.Knobs // chaos mutant hook: nil except in the chaos harness's mutants
+	mutant mutantKnobs // chaos mutant hook: none but in the harness's mutants (mutants_on.go)
 }
 
 func defaultConfig() config {

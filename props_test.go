@@ -705,7 +705,7 @@ func (m *model) revive(i int) {
 
 // propScripts are the scripts a fault can hit; acquire's calls, the ones
 // whose late replies matter most, are drawn more often.
-var propScripts = []string{"acquire", "acquire", "acquire", "fence", "extend", "reput", "release", "abandon", "releaseVouch"}
+var propScripts = []string{"acquire", "acquire", "acquire", "fence", "extend", "reput", "release", "abandon", "release-vouch"}
 
 // delayReply makes one node's next call of one script answer after the vote
 // is decided (within the per-node timeout).

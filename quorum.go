@@ -41,9 +41,6 @@ const (
 	OutcomeQuarantined
 )
 
-// codeQuarantined is the client-side code of a grant from a quarantined node.
-const codeQuarantined = 2
-
 var outcomeNames = [...]string{"pending", "granted", "taken", "not-held", "unreachable", "timed-out", "canceled", "error", "quarantined"}
 
 // String returns a short lower-case name such as "granted" or "timed-out".
@@ -391,7 +388,7 @@ func callerEnded(ctx context.Context) error {
 func classify(r reply) Outcome {
 	if r.err == nil {
 		switch r.code {
-		case codeApplied:
+		case codeApplied, codeHandedOff:
 			return OutcomeGranted
 		case codeTaken:
 			return OutcomeTaken
