@@ -93,7 +93,7 @@ func minTTL(driftFactor float64, nodeTimeout time.Duration) (time.Duration, bool
 // machine (on 2 shared cores a process that is not scheduled for tens of
 // milliseconds is common, and 20 ms reported healthy nodes timed out), since a
 // node that times out only costs a vote, never safety. It counts from when a
-// call has a connection (nodequeue.go), so the client's own queue is not in
+// call has a connection (internal/nodecall: Queue), so the client's own queue is not in
 // it. It does not shrink for short TTLs (a timeout below what a node needs to
 // answer fails every vote): checkTTL rejects a TTL that the timeout would
 // leave without validity, so the shortest TTL with the defaults is 105 ms.

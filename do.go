@@ -152,7 +152,7 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.client.closed.Load() {
+	if l.client.eng.Closed() {
 		return nil, ErrClosed
 	}
 	if !l.state.setLease(s) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 // WithMinHold makes Release leave the lock taken until d after it was
@@ -49,7 +51,7 @@ func (c config) checkMinHold(ttl time.Duration) error {
 // (holdScript), rounded up to Redis's milliseconds but never past the
 // validity deadline. It returns nil when no whole millisecond of the hold is
 // left within the validity: Release then deletes the keys.
-func (l *Lock) holdCall(now time.Time) *scriptCall {
+func (l *Lock) holdCall(now time.Time) *nodecall.ScriptCall {
 	hold := ceilMillis(l.holdUntil.Sub(now))
 	valid := l.validUntil.Sub(now).Truncate(time.Millisecond)
 	left := min(hold, valid)
@@ -58,9 +60,9 @@ func (l *Lock) holdCall(now time.Time) *scriptCall {
 	}
 	ms := strconv.FormatInt(left.Milliseconds(), 10)
 	if l.vouch {
-		return newScriptCallBoxed(holdScript, l.keys, l.keyArgs, l.ownerArg, ms, strconv.FormatUint(l.token, 10))
+		return nodecall.NewScriptCallBoxed(holdScript, l.keys, l.keyArgs, l.ownerArg, ms, strconv.FormatUint(l.token, 10))
 	}
-	return newScriptCallBoxed(holdScript, l.keys[:1], l.keyArgs[:1], l.ownerArg, ms)
+	return nodecall.NewScriptCallBoxed(holdScript, l.keys[:1], l.keyArgs[:1], l.ownerArg, ms)
 }
 
 // ceilMillis rounds d up to a whole number of milliseconds.

@@ -308,7 +308,7 @@ func (n *notifier) start() {
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
 	for i, nd := range n.c.nodes {
-		s, ok := nd.client.(subscriber)
+		s, ok := nd.Client.(subscriber)
 		if !ok || isNil(s) {
 			continue
 		}

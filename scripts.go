@@ -1,140 +1,6 @@
 package redlock
 
-import (
-	"context"
-	"slices"
-	"strconv"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-)
-
-// scriptCall is one script call whose command is built once and sent to
-// every node of a vote: EVALSHA, the script's hash, the keys and the
-// arguments, boxed once instead of once per node. Each node gets its own copy
-// of the argument slice: a go-redis hook may rewrite a command's arguments
-// in place.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    []any // "evalsha", hash, len(keys), keys..., args...; never handed out
-	// copies, once forNodes made it, holds every node's copy of cmd in one
-	// allocation: node i's is the i-th run of len(cmd) elements.
-	copies []any
-}
-
-func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
-	return newScriptCallBoxed(s, keys, nil, args...)
-}
-
-// newScriptCallBoxed is newScriptCall with the keys already boxed (keyArgs,
-// as boxedKeys returned them for the same keys), or nil to box them: boxing
-// a string allocates, and a release reuses what its acquisition boxed.
-// args are copied, not kept: the compiler can then keep a caller's argument
-// list on its stack.
-func newScriptCallBoxed(s *redis.Script, keys []string, keyArgs []any, args ...any) *scriptCall {
-	cmd := make([]any, 0, 3+len(keys)+len(args))
-	hash, ok := boxedHashes[s]
-	if !ok {
-		hash = s.Hash()
-	}
-	cmd = append(cmd, "evalsha", hash, len(keys))
-	if keyArgs != nil {
-		cmd = append(cmd, keyArgs...)
-	} else {
-		for _, k := range keys {
-			cmd = append(cmd, k)
-		}
-	}
-	cmd = append(cmd, args...)
-	return &scriptCall{script: s, keys: keys, args: cmd[3+len(keys):], cmd: cmd}
-}
-
-// boxedKeys returns the call's keys as boxed in its command, for another
-// call on the same keys (newScriptCallBoxed); n of them, from the first.
-func (sc *scriptCall) boxedKeys(n int) []any { return sc.cmd[3 : 3+n : 3+n] }
-
-// boxedArg returns the call's i-th argument (ARGV[i+1]) as boxed in its
-// command.
-func (sc *scriptCall) boxedArg(i int) any { return sc.args[i] }
-
-// forNodes makes room for the copies of the command that n nodes get, in one
-// allocation instead of one per node, and returns sc. A call made so must
-// be run at most once per node (one vote).
-func (sc *scriptCall) forNodes(n int) *scriptCall {
-	sc.copies = make([]any, n*len(sc.cmd))
-	return sc
-}
-
-// argsFor returns node i's own copy of the command.
-func (sc *scriptCall) argsFor(i int) []any {
-	m := len(sc.cmd)
-	if (i+1)*m > len(sc.copies) {
-		return slices.Clone(sc.cmd)
-	}
-	args := sc.copies[i*m : (i+1)*m : (i+1)*m]
-	copy(args, sc.cmd)
-	return args
-}
-
-// millisArg is a duration in milliseconds as the scripts take it, a decimal
-// string, boxed (see millisArgs).
-type millisArg struct {
-	d time.Duration
-	v any
-}
-
-// millisArgs remembers the last duration it boxed as a script argument:
-// a Client's calls mostly use one TTL and one retention, and formatting and
-// boxing them per attempt cost four allocations.
-type millisArgs struct{ last atomic.Pointer[millisArg] }
-
-// arg returns d in milliseconds, a decimal string, boxed.
-func (m *millisArgs) arg(d time.Duration) any {
-	if p := m.last.Load(); p != nil && p.d == d {
-		return p.v
-	}
-	p := &millisArg{d: d, v: strconv.FormatInt(d.Milliseconds(), 10)}
-	m.last.Store(p)
-	return p.v
-}
-
-// boxedHashes holds the hash of each script, boxed once: boxing a string
-// allocates.
-var boxedHashes = map[*redis.Script]any{}
-
-func init() {
-	for _, s := range scripts {
-		boxedHashes[s.Script] = s.Hash()
-	}
-}
-
-// processor is the part of a go-redis client that runs a prebuilt command.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// run sends the call to one node: EVALSHA with the prebuilt command, then
-// EVAL with the script's source when the node answers NOSCRIPT (as
-// redis.Script.Run does). A node client that cannot run a prebuilt command
-// gets Script.Run.
-func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
-	p, ok := n.client.(processor)
-	if !ok {
-		return sc.script.Run(ctx, n.client, sc.keys, sc.args...)
-	}
-	cmd := redis.NewCmd(ctx, sc.argsFor(n.idx)...)
-	if len(sc.keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	// HasErrorPrefix allocates: ask it only about an error.
-	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return sc.script.Eval(ctx, n.client, sc.keys, sc.args...)
-	}
-	return cmd
-}
+import "github.com/d3b93e30/redlock/internal/nodecall"
 
 // The Lua scripts run atomically on each node. Every script that changes a lock
 // first checks the owner value, so a client can only ever touch its own lock
@@ -515,15 +381,15 @@ return {v or '', t, f or '', age, trusted, void}
 
 // The library's scripts, made from the sources above.
 var (
-	acquireScript      = redis.NewScript(acquireLua)
-	fenceScript        = redis.NewScript(fenceLua)
-	reputScript        = redis.NewScript(reputLua)
-	releaseScript      = redis.NewScript(releaseLua)
-	abandonScript      = redis.NewScript(abandonLua)
-	releaseVouchScript = redis.NewScript(releaseVouchLua)
-	holdScript         = redis.NewScript(holdLua)
-	extendScript       = redis.NewScript(extendLua)
-	inspectScript      = redis.NewScript(inspectLua)
+	acquireScript      = nodecall.NewScript(acquireLua)
+	fenceScript        = nodecall.NewScript(fenceLua)
+	reputScript        = nodecall.NewScript(reputLua)
+	releaseScript      = nodecall.NewScript(releaseLua)
+	abandonScript      = nodecall.NewScript(abandonLua)
+	releaseVouchScript = nodecall.NewScript(releaseVouchLua)
+	holdScript         = nodecall.NewScript(holdLua)
+	extendScript       = nodecall.NewScript(extendLua)
+	inspectScript      = nodecall.NewScript(inspectLua)
 )
 
 // luaScript is one of the library's Lua scripts: the name the chaos
@@ -531,7 +397,7 @@ var (
 type luaScript struct {
 	name string
 	src  string
-	*redis.Script
+	*nodecall.Script
 }
 
 // scripts lists every Lua script of the library, once.
