@@ -148,10 +148,7 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
-		return nil, err
-	}
-	if err := cfg.checkRetention(ttl); err != nil {
+	if err := cfg.checkLock(ttl); err != nil {
 		return nil, err
 	}
 	if err := cfg.checkMinHold(ttl); err != nil {
@@ -606,7 +603,7 @@ func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wr
 func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ranOut error) {
 	a.start = a.cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
 	elapsed := acquiredAt.Sub(a.start)
-	validity = Validity(a.ttl, elapsed, a.cfg.driftFactor)
+	validity = validityLeft(a.ttl, elapsed, a.cfg.driftFactor)
 	if validity <= 0 {
 		ranOut = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", elapsed.Round(time.Microsecond), a.ttl)
 	}

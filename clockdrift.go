@@ -23,11 +23,12 @@ func Drift(ttl time.Duration, driftFactor float64) time.Duration {
 	return time.Duration(float64(ttl)*driftFactor) + expiryPrecision
 }
 
-// Validity returns how long a lock stays trusted after an acquisition or
+// validityLeft returns how long a lock stays trusted after an acquisition or
 // extension whose first request was sent `elapsed` ago:
-// ttl − elapsed − Drift(ttl, driftFactor). Zero or negative means the lock
-// must not be used: it may already have expired on some node.
-func Validity(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
+// ttl − elapsed − Drift(ttl, driftFactor) (Lock.Validity counts it down).
+// Zero or negative means the lock must not be used: it may already have
+// expired on some node.
+func validityLeft(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
 	return ttl - elapsed - Drift(ttl, driftFactor)
 }
 

@@ -17,11 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNoLeader means that a majority of the nodes answered Leader and no
-// leader holds the election on a majority of them: none was elected, or the
-// last one resigned or its TTL ran out (a hand-off may be under way).
-var ErrNoLeader = errors.New("redlock: no leader")
-
 // identitySep separates a leader's identity from the random part of its
 // owner value: "<identity>#<RandomOwner()>". The identity is everything
 // before the last "#", so it may contain "#" itself.

@@ -62,6 +62,9 @@ func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Optio
 	return dial(urls, adjust, opts)
 }
 
+// ValidityLeft is the validity an acquisition leaves (validityLeft).
+var ValidityLeft = validityLeft
+
 // VouchDelay is how long after a successful acquisition the vouching of
 // untrusted grants that need no token written back waits (finishGrants).
 const VouchDelay = vouchDelay

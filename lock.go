@@ -565,10 +565,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, error) {
 	c := l.client
 	timeout := l.cfg.timeoutFor(ttl)
-	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
-		return nil, nil, err
-	}
-	if err := l.cfg.checkRetention(ttl); err != nil {
+	if err := l.cfg.checkLock(ttl); err != nil {
 		return nil, nil, err
 	}
 	done, open := c.eng.Begin(timeout) // Close waits for the extension from here
@@ -607,7 +604,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		}
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
 	}
-	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
+	if validityLeft(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
 		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}

@@ -12,31 +12,6 @@ import (
 	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
-// WithMinHold makes Release leave the lock taken until d after it was
-// acquired (AcquiredAt of the acquisition, not of an extension), even when
-// the work ended sooner, but never past the released handle's ValidUntil (a
-// Lease's latest). Until then Release shortens the keys, where they still
-// hold this lock's owner value, to expire at that time (never lengthening
-// them) instead of deleting them, with a delete's results and waiting; the
-// lock's Validity ends at once. Waiters find the lock free at their next
-// retry (no release message). For Acquire, TryAcquire and Do.
-//
-// Hosts that run one schedule and take the lock per tick then run a short
-// job once per tick: a host whose tick fires up to d after the first one's
-// finds the lock taken. The skew tolerated is the smaller of d and the
-// period minus d. 0, the default, is no hold. A negative d, or one longer
-// than the TTL (from Acquire, TryAcquire, Do, CheckTTL), gives
-// ErrInvalidArgument.
-func WithMinHold(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: minimum hold %v must not be negative", ErrInvalidArgument, d)
-		}
-		c.minHold = d
-		return nil
-	}
-}
-
 // checkMinHold reports an error when the minimum hold is longer than ttl:
 // the keys would expire before it ends.
 func (c config) checkMinHold(ttl time.Duration) error {

@@ -98,7 +98,7 @@ func TestMain(m *testing.M) {
 		fmt.Printf("go-redis logged %d lines (refused dials, connections closed under faults); not shown\n", n)
 	}
 	for _, s := range pool {
-		s.Stop()
+		s.Close()
 	}
 	for _, c := range admins {
 		c.Close()
@@ -134,7 +134,7 @@ func nodes(b *testing.B, n int) []*Server {
 			poolErr = errs[0]
 			for _, s := range pool {
 				if s != nil {
-					s.Stop()
+					s.Close()
 				}
 			}
 			pool = nil
@@ -152,7 +152,7 @@ func nodes(b *testing.B, n int) []*Server {
 func addrsOf(srv []*Server) []string {
 	a := make([]string, len(srv))
 	for i, s := range srv {
-		a[i] = s.Addr
+		a[i] = s.Addr()
 	}
 	return a
 }
@@ -175,15 +175,15 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 	ctx := context.Background()
 	found := map[*Server][]string{}
 	for _, s := range srv {
-		if !s.Alive() {
+		if !s.Running() {
 			continue // killed: its keys died with it
 		}
-		iter := admin(s.Addr).Scan(ctx, 0, "bench:*", 1000).Iterator()
+		iter := admin(s.Addr()).Scan(ctx, 0, "bench:*", 1000).Iterator()
 		for iter.Next(ctx) {
 			found[s] = append(found[s], iter.Val())
 		}
 		if err := iter.Err(); err != nil {
-			b.Fatalf("scan %s: %v", s.Addr, err)
+			b.Fatalf("scan %s: %v", s.Addr(), err)
 		}
 	}
 	return found
@@ -194,9 +194,9 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 func flush(b *testing.B, srv []*Server) {
 	b.Helper()
 	for _, s := range srv {
-		if s.Alive() {
-			if err := admin(s.Addr).FlushAll(context.Background()).Err(); err != nil {
-				b.Fatalf("flushall %s: %v", s.Addr, err)
+		if s.Running() {
+			if err := admin(s.Addr()).FlushAll(context.Background()).Err(); err != nil {
+				b.Fatalf("flushall %s: %v", s.Addr(), err)
 			}
 		}
 	}
@@ -208,18 +208,18 @@ func commands(b *testing.B, srv []*Server) int64 {
 	b.Helper()
 	var total int64
 	for _, s := range srv {
-		if !s.Alive() {
+		if !s.Running() {
 			continue
 		}
-		info, err := admin(s.Addr).Info(context.Background(), "stats").Result()
+		info, err := admin(s.Addr()).Info(context.Background(), "stats").Result()
 		if err != nil {
-			b.Fatalf("info %s: %v", s.Addr, err)
+			b.Fatalf("info %s: %v", s.Addr(), err)
 		}
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil {
-					b.Fatalf("info %s: %v", s.Addr, err)
+					b.Fatalf("info %s: %v", s.Addr(), err)
 				}
 				total += n
 			}
@@ -233,7 +233,7 @@ func commands(b *testing.B, srv []*Server) int64 {
 func startClean(b *testing.B, srv []*Server) {
 	b.Helper()
 	for s, keys := range scanKeys(b, srv) {
-		b.Logf("before the run: %d lock keys left on %s by an earlier case's background work, e.g. %q", len(keys), s.Addr, keys[0])
+		b.Logf("before the run: %d lock keys left on %s by an earlier case's background work, e.g. %q", len(keys), s.Addr(), keys[0])
 	}
 	flush(b, srv)
 }
@@ -251,7 +251,7 @@ func checkStale(b *testing.B, srv []*Server, lost *Server) {
 			onLost += len(keys)
 			continue
 		}
-		b.Logf("%d stale lock keys on %s, e.g. %q", len(keys), s.Addr, keys[0])
+		b.Logf("%d stale lock keys on %s, e.g. %q", len(keys), s.Addr(), keys[0])
 		found += len(keys)
 	}
 	flush(b, srv)
@@ -508,7 +508,7 @@ func faultCase(b *testing.B, fault func(b *testing.B, p *chaos.Proxy)) {
 // withProxy runs f with node 4 of 5 behind a fresh chaos proxy.
 func withProxy(b *testing.B, f func(addrs []string, srv []*Server, p *chaos.Proxy)) {
 	srv := nodes(b, 5)
-	p, err := chaos.NewProxy(srv[4].Addr)
+	p, err := chaos.NewProxy(srv[4].Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -558,7 +558,7 @@ func BenchmarkC4NodeKilled(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer victim.Stop()
+				defer victim.Close()
 				srv := append(slices.Clone(standing), victim)
 				addrs := addrsOf(srv)
 				var (
@@ -566,10 +566,10 @@ func BenchmarkC4NodeKilled(b *testing.B) {
 					lost *Server // unreachable but alive: its keys stay
 				)
 				if mode == "process" {
-					kill = victim.Kill
+					kill = func() { _ = victim.Kill() }
 				} else {
 					lost = victim
-					p, err := chaos.NewProxy(victim.Addr)
+					p, err := chaos.NewProxy(victim.Addr())
 					if err != nil {
 						b.Fatal(err)
 					}
