@@ -304,6 +304,10 @@ type acquisition struct {
 	voteCtx context.Context
 	call    *nodecall.ScriptCall // the acquire script's command, the same for every node
 
+	// unsure: a node that said "taken" was asked again (reask) and did
+	// not answer: the key may still be there, so the vote is no first use.
+	unsure bool
+
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
 	token uint64  // the token, once succeeded
@@ -473,6 +477,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		return nil, err
 	}
 	acq := a.vote(calls)
+	acq = a.reask(acq, calls)
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -575,6 +580,89 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 	for i, n := range c.nodes {
 		if a.shared.calls.markLate(i) { // a straggler
 			n.AddLate(1)
+		}
+	}
+	return acq
+}
+
+// reaskRounds is how many times one attempt asks again the nodes that said
+// "taken" to a split first use (reask).
+const reaskRounds = 3
+
+// reask settles a split first use (tally.splitFirstUse): several clients
+// made the first use of the key at once, and this attempt got a majority of
+// grants on epochs created just now, but the other nodes said "taken". The
+// other attempts have fewer than a majority, so they fail and take their
+// keys back; reask waits about one round trip (the slowest answer of the
+// last round, at least 1 ms), asks those nodes again with the same owner
+// value, and returns the new tally: the grants it kept, the new answers,
+// and the other nodes' first ones. It gives up, returning the last tally,
+// after reaskRounds rounds, once the attempt has lasted one per-node
+// timeout, or when a node's client may re-send a command (a "taken" may
+// then be our own key). A node asked again that does not answer makes the
+// vote no first use (unsure): its key may still be there. The first-use
+// rule then reads each node's last answer; docs/fencing.md, "First use of
+// a key", says why that is safe.
+func (a *acquisition) reask(acq *tally, calls *voteCalls) *tally {
+	for round := 0; round < reaskRounds && a.quarantine > 0 && !a.unsure && acq.splitFirstUse(); round++ {
+		wait := time.Millisecond
+		for i, r := range acq.results {
+			wait = max(wait, r.Latency)
+			if r.Outcome == OutcomeTaken && !a.c.nodes[i].NoResend {
+				return acq
+			}
+		}
+		if time.Since(a.start)+wait >= a.timeout {
+			return acq
+		}
+		if sleepCtx(a.ctx, wait); a.ctx.Err() != nil {
+			return acq
+		}
+		acq = a.revote(acq, calls)
+	}
+	return acq
+}
+
+// revote is one round of reask: the nodes that said "taken" in prev get
+// the acquire call again, the others' answers in prev stand. Its calls are
+// tracked like the first vote's (lockState.calls, late, calls).
+func (a *acquisition) revote(prev *tally, calls *voteCalls) *tally {
+	c := a.c
+	again := make([]bool, len(c.nodes))
+	for i := range prev.results {
+		if prev.results[i].Outcome == OutcomeTaken {
+			again[i] = true
+			a.shared.calls.rearm(i)
+		}
+	}
+	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
+		if !again[n.Idx] {
+			return prev.replay(n.Idx)
+		}
+		r := reply{Err: errShed, Shed: true}
+		if err := a.ctx.Err(); err != nil {
+			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
+		} else if c.eng.EnterAcquire(n) {
+			r = a.grant(ctx, n)
+			n.Exit()
+		}
+		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
+			n.AddLate(-1)
+		}
+		return r
+	}, a.late)
+	calls.add(over)
+	for i, n := range c.nodes {
+		if again[i] && a.shared.calls.markLate(i) { // a straggler
+			n.AddLate(1)
+		}
+	}
+	for i := range acq.results {
+		switch {
+		case !again[i]:
+			acq.results[i].Latency = prev.results[i].Latency
+		case acq.results[i].Outcome != OutcomeGranted && acq.results[i].Outcome != OutcomeQuarantined && acq.results[i].Outcome != OutcomeTaken:
+			a.unsure = true
 		}
 	}
 	return acq
@@ -695,7 +783,7 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 // countVotes applies the amnesia guard's first-use rule to the vote, logs
 // the quarantined votes, and returns the grants received in time.
 func (a *acquisition) countVotes(key string, acq *tally) grantSet {
-	if acq.brandNew() {
+	if acq.brandNew() && !a.unsure {
 		// First use of the key: no node has any history it could have
 		// forgotten, so every fresh vote counts. The epochs stay as the
 		// nodes reported them: those nodes still need vouching.
@@ -730,7 +818,8 @@ type grantSet struct {
 
 // token is the fencing token: the highest counter among the grants. Every
 // counter counts, trusted or not: a node that lost its counter re-seeded it
-// from its clock, above every earlier token (docs/fencing.md).
+// from the clock (this attempt's or its own), above every earlier token
+// (docs/fencing.md, assumption C).
 func (g grantSet) token() uint64 {
 	var m uint64
 	for _, i := range g.idx {
@@ -860,18 +949,16 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	time.AfterFunc(vouchDelay, send)
 }
 
-// seedLead is how far below its own clock a client proposes the seed of new
-// fencing counters: half the 50 ms window within which acquireScript takes
-// the proposal, so that nodes whose clocks are within 25 ms of the client's
-// all seed the same value.
-const seedLead = 25 * time.Millisecond
-
 // seedProposal is the seed, in microseconds, this attempt proposes for the
-// counters it creates, and that seed + 1. One proposal for all nodes lets
-// their counters agree on a key's first use, which spares the write-back
-// round trip.
+// counters it creates, and that seed + 1: the client's clock as the attempt
+// begins. One proposal for all nodes lets their counters agree on a key's
+// first use, which spares the write-back round trip; nodes whose clocks are
+// within 25 ms of it take it (acquireScript). It is the clock itself, not a
+// time before it: an attempt that begins after an earlier holder acquired
+// then proposes a seed above that holder's token (docs/fencing.md,
+// assumption C), however soon after it begins.
 func seedProposal(now time.Time) (seed, next string) {
-	s := now.Add(-seedLead).UnixMicro()
+	s := now.UnixMicro()
 	return strconv.FormatInt(s, 10), strconv.FormatInt(s+1, 10)
 }
 

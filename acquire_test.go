@@ -119,23 +119,31 @@ func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
 }
 
 // A node whose clock is outside the window of the client's proposal (its
-// clock more than 50 ms past the proposal, or behind it) seeds a new counter
-// from its own clock: the token is that clock in microseconds, incremented
-// with the grant. The seed exceeds every token handed out before, whatever
-// the client's clock says (docs/fencing.md).
+// clock more than 25 ms past the proposal, or more than 25 ms behind it)
+// seeds a new counter from its own clock: the token is that clock in
+// microseconds, incremented with the grant. Within the window, either way,
+// it takes the proposal. The seed exceeds every token handed out before,
+// whatever the client's clock says (docs/fencing.md).
 func TestAcquire_NodeClockOutsideTheProposalSeedsTheCounter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		c := newCluster(t, 3)
 		// Within the window, the fraction of a second counts: at .6 s past
-		// a second, a node that compared whole seconds only would find
-		// the proposal (25 ms back) in its future and seed its own clock.
+		// a second, a node 20 ms behind that compared whole seconds only
+		// would find the proposal a second in its future and seed its own
+		// clock.
 		time.Sleep(600 * time.Millisecond)
-		start := time.Now()
-		l := c.acquire(t, ctx, "report", ttl10s)
-		assert.Equal(t, firstToken(start), l.Token(), "the node accepts the proposal")
-		require.NoError(t, l.Release(ctx))
-		for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		for _, skew := range []time.Duration{0, 20 * time.Millisecond, -20 * time.Millisecond, 25 * time.Millisecond, -25 * time.Millisecond} {
+			start := time.Now()
+			for _, n := range c.nodes {
+				n.m.SetTime(start.Add(skew))
+			}
+			key := fmt.Sprintf("report%v", skew)
+			l := c.acquire(t, ctx, key, ttl10s)
+			assert.Equal(t, firstToken(start), l.Token(), "node clock %v from the client's: the node accepts the proposal", skew)
+			require.NoError(t, l.Release(ctx))
+		}
+		for _, skew := range []time.Duration{26 * time.Millisecond, -26 * time.Millisecond, time.Hour, -time.Hour} {
 			nodeNow := time.Now().Add(skew)
 			for _, n := range c.nodes {
 				n.m.SetTime(nodeNow)

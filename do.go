@@ -301,6 +301,12 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
+	return c.runLeased(ctx, lock, fn, opts)
+}
+
+// runLeased is Do after the acquisition (Semaphore.Do shares it): it keeps
+// lock alive while fn runs, and releases it.
+func (c *Client) runLeased(ctx context.Context, lock *Lock, fn func(ctx context.Context, lease *Lease) error, opts []Option) error {
 	lease, err := lock.KeepAlive(ctx, opts...)
 	if err != nil {
 		_ = lock.Release(context.WithoutCancel(ctx))

@@ -505,9 +505,9 @@ func isScript(name, cmd string, args []string) bool {
 // firstToken is the fencing token of the first holder of a fresh key whose
 // acquisition started at start, on nodes whose clocks agree with the
 // client's: the counters are seeded with the client's proposal, its clock in
-// microseconds 25 ms back, and incremented once.
+// microseconds, and incremented once.
 func firstToken(start time.Time) uint64 {
-	return uint64(start.Add(-25*time.Millisecond).UnixMicro()) + 1
+	return uint64(start.UnixMicro()) + 1
 }
 
 // requireDecidedBy requires a Release's node results to show at least

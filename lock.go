@@ -168,6 +168,10 @@ func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
 	return wasLate
 }
 
+// rearm records that node i gets another acquire call of the same attempt
+// (acquisition.reask), after its first one returned.
+func (ac *acquireCalls) rearm(i int) { ac.state[i].Store(callRunning) }
+
 // wakeWaiters wakes those waiting for a call to return (wait).
 func (ac *acquireCalls) wakeWaiters() {
 	ac.mu.Lock()
@@ -376,10 +380,13 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	}
 	l.state.released.Store(true)
 	call := l.holdCall(time.Now()) // nil once the minimum hold has passed
+	// This Client's waiters of the key that left and may still be
+	// subscribed: the release tells the next waiter instead (luaWakeNext).
+	skip := c.notify.leftChannels(l.keys[0])
 	if call == nil && l.vouch {
-		call = nodecall.NewScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
+		call = releaseCall(releaseVouchScript, l.keys, l.keyArgs, skip, l.ownerArg, strconv.FormatUint(l.token, 10))
 	} else if call == nil {
-		call = nodecall.NewScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
+		call = releaseCall(releaseScript, l.keys[:1], l.keyArgs[:1], skip, l.ownerArg)
 	}
 	call.ForNodes(len(c.nodes))
 	// A delete may wait for its node's turn (internal/nodecall: Queue) until the keys
@@ -395,7 +402,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		lastAnswer = keysEnd.Add(timeout)
 	}
 	t, late := c.voteQuorumKeep(c.eng.WithQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
-		return l.deleteOn(ctx, n, call, keysEnd, timeout)
+		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
 		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
@@ -404,13 +411,23 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	return t, nil
 }
 
-// deleteOn sends node n the release's delete, once n's own acquire call
+// releaseCall is a release script's call with args, then the channels of
+// skip (leftChannels) as further arguments.
+func releaseCall(s *nodecall.Script, keys []string, keyArgs []any, skip []any, args ...any) *nodecall.ScriptCall {
+	if len(skip) > 0 {
+		args = append(args[:len(args):len(args)], skip...)
+	}
+	return nodecall.NewScriptCallBoxed(s, keys, keyArgs, args...)
+}
+
+// deleteOn sends node n the release's delete, with skip the channels the
+// release passes over (releaseCall), once n's own acquire call
 // has returned: a delete never overtakes its SET, since go-redis's
 // connection pool does not keep the order of commands to one node
 // (docs/performance.md). The delete may wait for the node's turn until
 // keysEnd, when the key would expire anyway (nodecall.Engine.CleanupContext); the vote does
 // not wait that long.
-func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, keysEnd time.Time, timeout time.Duration) reply {
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
 	if st := l.state; st.calls.state != nil {
 		done, unsent := st.calls.returned(n.Idx)
@@ -427,10 +444,14 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall,
 			defer n.Exit()
 			n.AddLate(1) // it follows a straggler
 			defer n.AddLate(-1)
-			dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, timeout)
+			// Like the acquire call it follows, it waits for its reply
+			// until the key would be gone anyway: on a node slower than
+			// the per-node timeout, a delete given up at the timeout (or
+			// its new connection's handshake) would leave the late grant.
+			dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
 			defer cancel()
 			code, err := call.Run(dctx, n).Int64()
-			c.notify.released(l.keys[0], code)
+			c.notify.released(l.keys[0], code, skip)
 			return reply{Code: code, Err: err}
 		}
 		if unsent {
@@ -442,7 +463,7 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall,
 	dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
 	code, err := call.Run(dctx, n).Int64()
-	c.notify.released(l.keys[0], code)
+	c.notify.released(l.keys[0], code, skip)
 	return reply{Code: code, Err: err}
 }
 

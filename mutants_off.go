@@ -17,3 +17,4 @@ func (mutantKnobs) NeverExtends() bool                        { return false }
 func (mutantKnobs) ConstantTerm() bool                        { return false }
 func (mutantKnobs) ResignsBlindly() bool                      { return false }
 func (mutantKnobs) RecampaignKeepsTerm() bool                 { return false }
+func (mutantKnobs) Slots(n int) int                           { return n }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,8 +129,10 @@ const subscribeTimeout = 5 * time.Second
 type notifier struct {
 	c *Client
 	// handoffs counts the entries of handedOff, so that Acquire skips the
-	// lock when nobody waited (the uncontended path).
+	// lock when nobody waited (the uncontended path); lefts those of left,
+	// so that Release does (leftChannels).
 	handoffs atomic.Int32
+	lefts    atomic.Int32
 
 	mu        sync.Mutex
 	closed    bool
@@ -280,6 +283,7 @@ func (n *notifier) unlist(w *lockWaiter) {
 			}
 		}
 		n.left[w.ch] = &leftWaiter{name: w.name, nodes: k, at: now}
+		n.lefts.Store(int32(len(n.left)))
 	}
 	n.kickAll()
 }
@@ -529,19 +533,46 @@ func (n *notifier) unsubscribed(ch string) {
 }
 
 // mayTellLeft reports whether a release of lock key name may have told a
-// waiter of this Client that has left (see leftWaiter), and forgets those
-// that no release can tell any more. n.mu is held.
-func (n *notifier) mayTellLeft(name string) bool {
+// waiter of this Client that has left (see leftWaiter), other than those
+// whose channels the release named to be skipped (leftChannels), and
+// forgets those that no release can tell any more. n.mu is held.
+func (n *notifier) mayTellLeft(name string, skipped []any) bool {
 	now, may := time.Now(), false
 	for ch, l := range n.left {
 		switch {
 		case l.over(now):
 			delete(n.left, ch)
-		case l.name == name:
+		case l.name == name && !slices.Contains(skipped, any(ch)):
 			may = true
 		}
 	}
+	n.lefts.Store(int32(len(n.left)))
 	return may
+}
+
+// leftChannels returns the channels of this Client's waiters of lock key
+// name that have left and may still be subscribed (leftWaiter), for a
+// Release of the key to pass to the release script, which then tells the
+// next waiter instead (luaWakeNext): a waiter that just took the key, held
+// it briefly and released it is usually still subscribed somewhere, and
+// still the longest waiter there. Without the skip, its own release told
+// it, a hand-off to nobody, and its next Acquire could not tell that
+// apart from a real one; it no longer yielded, and raced the waiter its
+// release should have woken. nil (almost always): none.
+func (n *notifier) leftChannels(name string) []any {
+	if n.lefts.Load() == 0 {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	var chs []any
+	for ch, l := range n.left {
+		if l.name == name && !l.over(now) {
+			chs = append(chs, ch)
+		}
+	}
+	return chs
 }
 
 // confirmed records that node i confirmed a waiter's subscription (its
@@ -663,16 +694,17 @@ func (w *lockWaiter) leave() {
 // released records a release script's reply code from a node call:
 // codeHandedOff (the node told a waiter of lock key name) is recorded so
 // that this Client's next Acquire of the key waits its turn (yielding). Not
-// while a waiter of this Client for the key that has left may still be
+// while a waiter of this Client for the key that has left, and that the
+// release did not skip (skipped, from leftChannels), may still be
 // subscribed (mayTellLeft): the message may have gone to it, which wants
 // the key no more, and the next Acquire would wait for nobody.
-func (n *notifier) released(name string, code int64) {
+func (n *notifier) released(name string, code int64, skipped []any) {
 	if code != codeHandedOff {
 		return
 	}
 	now := time.Now()
 	n.mu.Lock()
-	if n.mayTellLeft(name) {
+	if n.mayTellLeft(name, skipped) {
 		n.mu.Unlock()
 		return
 	}

@@ -88,11 +88,12 @@ type tally struct {
 	epochs   []uint64 // epochTrusted...; uint64 to share the counters' allocation
 	granted  int
 	// fresh counts quarantined grants from nodes that created the key's
-	// epoch just now; others counts every other answer (errors aside);
-	// failed the nodes unreachable, timed out or answering an error.
-	fresh, others, failed int
-	need                  int
-	rule                  voteRule
+	// epoch just now; others counts every other answer (errors aside), and
+	// taken those of them that said "taken"; failed the nodes unreachable,
+	// timed out or answering an error.
+	fresh, others, taken, failed int
+	need                         int
+	rule                         voteRule
 }
 
 // brandNew reports whether the key is new to the cluster: at least a
@@ -138,6 +139,36 @@ func (c *Client) startVote(ctx context.Context, rule voteRule, need int, v nodec
 	}
 	c.eng.Start(ctx, &b.Ballot, t, v)
 	return b
+}
+
+// splitFirstUse reports whether the vote is a first use that other keys
+// split: a majority of the nodes granted on epochs created just now, and
+// every other answer was "taken" (a key of another owner: another client's
+// first use of the key, or a holder). The attempt then asks the nodes that
+// said "taken" again (acquisition.reask): if their keys were another
+// attempt's, that attempt has failed and taken them back.
+func (t *tally) splitFirstUse() bool {
+	return t.fresh >= t.need && t.taken > 0 && t.others == t.taken
+}
+
+// replay returns node i's answer in t as a reply, for a vote that asks
+// some nodes again and keeps the others' answers (acquisition.revote).
+func (t *tally) replay(i int) reply {
+	res := t.results[i]
+	r := reply{Counter: t.counters[i], Epoch: int64(t.epochs[i]), Left: res.QuarantineLeft, Err: res.Err}
+	switch res.Outcome {
+	case OutcomePending:
+		r.Err, r.Shed = errShed, true
+	case OutcomeGranted:
+		r.Code = codeApplied
+	case OutcomeQuarantined:
+		r.Code = codeQuarantined
+	case OutcomeTaken:
+		r.Code = codeTaken
+	case OutcomeNotHeld:
+		r.Code = codeNotHeld
+	}
+	return r
 }
 
 // voteQuorum sends op to every node at once and returns as soon as the
@@ -218,6 +249,9 @@ func (t *tally) Record(ctx context.Context, r reply) {
 		t.fresh++
 	default:
 		t.others++
+		if res.Outcome == OutcomeTaken {
+			t.taken++
+		}
 	}
 }
 
@@ -229,11 +263,12 @@ func (t *tally) Decided(answered int) bool {
 	if t.rule == decideAll {
 		return answered == n
 	}
-	// While every answer so far is a fresh epoch, the key may be brand
-	// new: that needs every node's answer (or its timeout), since one
-	// late node with history decides it is not.
+	// While every answer so far is a fresh epoch or "taken", the key may
+	// be brand new (the keys taken may be other first uses' that are taken
+	// back, see splitFirstUse): that needs every node's answer (or its
+	// timeout), since one late node with history decides it is not.
 	possible := t.granted + (n - answered)
-	if t.others == 0 {
+	if t.others == t.taken {
 		possible += t.fresh
 	}
 	if t.granted >= t.need || answered == n {

@@ -101,7 +101,10 @@
 // minority is emptied or unreachable at once. It costs one small hash per key
 // and node (kept for the retention), and on a key's first use Acquire waits
 // for every node's answer, at most one per-node timeout (docs/fencing.md,
-// "The amnesia guard").
+// "The amnesia guard"). When several clients make a key's first use at once,
+// the one whose grants are a majority asks the nodes that said "taken"
+// again, about a round trip later, once the others have taken their keys
+// back, and wins its one attempt, as with the guard off.
 //
 // # Leases
 //
@@ -187,6 +190,15 @@
 // than that may be missed, and a slow reader skips intermediate leaders,
 // never the current one. Reads that fewer than a majority answer send
 // nothing.
+//
+// # Semaphores
+//
+// Client.Semaphore gives at most N holders of a name: N slots, each the lock
+// on PermitKey(name, i), and a permit is the lock on one of them, taken with
+// Acquire's rules (one attempt per slot and round, from a random slot).
+// Two holders at once of one slot would be two holders of one lock, so at
+// most N hold at once; a permit's fencing token is its slot's
+// (docs/semaphore.md).
 //
 // # Releasing
 //

@@ -43,7 +43,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				assert.Equal(t, ttl10s, l.TTL())
 				assert.Equal(t, 1, l.Attempts())
 				// A fresh key's counters are seeded with the client's
-				// proposal (its clock in µs, 25 ms back), which every node
+				// proposal (its clock in µs), which every node
 				// accepts, and incremented with the grant: they agree, so no
 				// write-back is needed.
 				token := firstToken(start)

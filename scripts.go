@@ -61,9 +61,12 @@ end
 // not exist (first use on this node, the node lost its data, or the name was
 // idle for the retention) is first seeded from the clock in microseconds, so
 // that it starts above every token handed out before (docs/fencing.md states
-// the clock assumption). The seed is the client's proposal when it lies
-// within 50 ms below the node's clock (so that the nodes of one acquisition
-// seed the same value and agree, with no write-back), else the node's clock.
+// the clock assumption). The seed is the client's proposal (its clock as
+// the attempt began) when it lies within 25 ms of the node's clock, either
+// way (so that the nodes of one acquisition seed the same value and agree,
+// with no write-back), else the node's clock. Either way it is at least the
+// client's clock when the attempt began, which is what keeps a re-created
+// counter above the token of a holder that had acquired before.
 // A later grant on this node happens after this grant's key is gone, so it
 // returns a higher counter.
 //
@@ -101,7 +104,7 @@ if ARGV[5] == '1' then
     -- the node's clock in microseconds minus the proposal: exact, since
     -- both are below 2^53
     local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
-    if d >= 0 and d <= 50000 then
+    if d >= -25000 and d <= 25000 then
       redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
       c = tonumber(ARGV[7])
     else
@@ -202,12 +205,13 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 `
 
 // luaWakeNext is the release scripts' wake-up (notify.go): wakeNext(key,
-// owner), called where the key was deleted, publishes the SHA1 of the
-// released owner value to the channel of the key's waiter with the lowest
-// ticket on this node (waitChannel: the key with its hash tag, channelKey;
-// the fixed-length ticket is matched by '?', the key's glob characters are
-// escaped) and returns 2; with no waiter it publishes nothing and returns
-// 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
+// owner, skipFrom), called where the key was deleted, publishes the SHA1 of
+// the released owner value to the channel of the key's waiter with the
+// lowest ticket on this node (waitChannel: the key with its hash tag,
+// channelKey; the fixed-length ticket is matched by '?', the key's glob
+// characters are escaped), passing over the channels ARGV[skipFrom] and
+// after name (the releasing Client's waiters that left, leftChannels), and
+// returns 2; with no such waiter it publishes nothing and returns 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
 // @pubsub, a renamed command) it returns 1 (redis.pcall), since the key was
 // deleted all the same; with redis.call the error ended the script after
 // its DEL, and the release counted a node that applied it as failed.
@@ -225,7 +229,7 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 // waited for at once, or another application's pub/sub), pays that, and so
 // do the node's other commands, which wait behind the script.
 const luaWakeNext = `
-local function wakeNext(key, owner)
+local function wakeNext(key, owner, skipFrom)
   local o = string.find(key, '{', 1, true)
   local c = o and string.find(key, '}', o + 1, true)
   if not (c and c > o + 1) then key = '{' .. key .. '}' end
@@ -235,14 +239,22 @@ local function wakeNext(key, owner)
   local w = redis.pcall('PUBSUB', 'CHANNELS', p)
   if type(w) ~= 'table' or w.err or #w == 0 then return 1 end
   table.sort(w)
-  local r = redis.pcall('PUBLISH', w[1], redis.sha1hex(owner))
+  local skip = {}
+  for i = skipFrom, #ARGV do skip[ARGV[i]] = true end
+  local next
+  for _, ch in ipairs(w) do
+    if not skip[ch] then next = ch break end
+  end
+  if not next then return 1 end
+  local r = redis.pcall('PUBLISH', next, redis.sha1hex(owner))
   if type(r) == 'table' and r.err then return 1 end
   return 2
 end
 `
 
 // releaseLua deletes the lock key if ARGV[1] is its owner value, and
-// then tells the key's longest waiter of the release (luaWakeNext). Codes:
+// then tells the key's longest waiter of the release (luaWakeNext), passing
+// over the channels named by ARGV[2] and after. Codes:
 // 1 deleted, 2 deleted and a waiter told (codeHandedOff), -1 held by
 // another owner, 0 not there. A key that expires, or that is not ours,
 // tells nobody.
@@ -250,7 +262,7 @@ const releaseLua = luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  return wakeNext(KEYS[1], ARGV[1])
+  return wakeNext(KEYS[1], ARGV[1], 2)
 end
 if v then return -1 end
 return 0
@@ -286,7 +298,8 @@ return 0
 // release may reach a node before the acquisition's write-back did. It only
 // changes a counter and an epoch that exist, which keep their retention
 // (KEEPTTL; HSET keeps a hash's TTL). Like releaseScript it tells the
-// key's longest waiter where it deletes, with the same codes.
+// key's longest waiter where it deletes, with the same codes, passing over
+// the channels named by ARGV[3] and after.
 const releaseVouchLua = luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
@@ -298,7 +311,7 @@ if v == ARGV[1] then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('HSET', KEYS[3], 'trusted', '1')
   end
-  return wakeNext(KEYS[1], ARGV[1])
+  return wakeNext(KEYS[1], ARGV[1], 3)
 end
 if v then return -1 end
 return 0

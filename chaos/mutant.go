@@ -100,6 +100,11 @@ func Mutants() []Mutant {
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{ResignWithoutOwnerCheck: true}},
 		{Name: "recampaign-keeps-term", Summary: "Lead, elected again after a loss, keeps the term of its first leadership",
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{LeadKeepsTerm: true}},
+		{Name: "semaphore-extra-permit", Summary: "a semaphore of N permits has N+1 slots, so N+1 hold at once",
+			Scenarios: []string{"semaphore-contention"}, knobs: &mutation.Knobs{SemaphoreExtraSlot: true}},
+		{Name: "semaphore-slot-without-nx", Summary: "a semaphore slot is granted while another holder has it (SET without NX)",
+			Scenarios: []string{"semaphore-contention"},
+			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: setNX, New: "ARGV[1], 'PX'"}}},
 	}
 }
 

@@ -63,6 +63,8 @@ type Knobs struct {
 	// LeadKeepsTerm makes Lead give every leadership after its first
 	// the first one's term.
 	LeadKeepsTerm bool
+	// SemaphoreExtraSlot gives a semaphore of N permits N+1 slots.
+	SemaphoreExtraSlot bool
 }
 
 // Quorum returns the number of votes a Client of n nodes needs, given the
@@ -108,6 +110,14 @@ func (k *Knobs) ResignsBlindly() bool { return k != nil && k.ResignWithoutOwnerC
 
 // RecampaignKeepsTerm reports whether Lead must keep its first term.
 func (k *Knobs) RecampaignKeepsTerm() bool { return k != nil && k.LeadKeepsTerm }
+
+// Slots returns the number of slots of a semaphore of n permits.
+func (k *Knobs) Slots(n int) int {
+	if k != nil && k.SemaphoreExtraSlot {
+		return n + 1
+	}
+	return n
+}
 
 // NewOption returns a redlock.Option (as any, to avoid an import cycle)
 // that makes a Client use k. The root package sets it in an init function
