@@ -790,7 +790,7 @@ func TestAmnesiaGuard_EpochStaysVoidUntilVouched(t *testing.T) {
 		// The holder's grants make the void epochs theirs; its vouching
 		// (fence, and its release's) fails on node 2.
 		c.nodes[2].FailIf(func(cmd string, args []string) bool {
-			return isScript("fence", cmd, args) || isScript("releaseVouch", cmd, args)
+			return isScript("fence", cmd, args) || isScript("release-vouch", cmd, args)
 		})
 		holder := c.acquire(t, ctx, "report", 10*time.Second)
 		time.Sleep(redlock.VouchDelay)

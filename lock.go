@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 // Lock is an acquired lock: an immutable handle, safe to share between
@@ -26,7 +26,7 @@ type Lock struct {
 	keys   []string
 	owner  string
 	// keyArgs and ownerArg are keys and owner as the acquisition boxed them
-	// for its script call, for the calls on this lock (newScriptCallBoxed).
+	// for its script call, for the calls on this lock (nodecall.NewScriptCallBoxed).
 	keyArgs    []any
 	ownerArg   any
 	token      uint64
@@ -129,7 +129,7 @@ func newLockState(n int) *lockState {
 }
 
 // acquireCalls follows an acquisition's call to each node: running, counted
-// as a straggler (still running when the vote was decided: node.late), or
+// as a straggler (still running when the vote was decided: nodecall.Node.AddLate), or
 // returned (sent or not). One atomic per node, and one channel only while
 // someone waits for a call to return, rather than a channel per node.
 type acquireCalls struct {
@@ -377,7 +377,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, newQuorumError(OpRelease, l.key, c.quorum, nil, ErrNotHeld, errAlreadyReleased)
 	}
 	timeout := l.cfg.timeoutFor(l.ttl)
-	done, open := c.begin(timeout) // Close waits for the release from here
+	done, open := c.eng.Begin(timeout) // Close waits for the release from here
 	defer done()
 	if !open {
 		return nil, ErrClosed
@@ -394,8 +394,8 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	} else if call == nil {
 		call = releaseCall(releaseScript, l.keys[:1], l.keyArgs[:1], skip, l.ownerArg)
 	}
-	call.forNodes(len(c.nodes))
-	// A delete may wait for its node's turn (nodequeue.go) until the keys
+	call.ForNodes(len(c.nodes))
+	// A delete may wait for its node's turn (internal/nodecall: Queue) until the keys
 	// would be gone anyway; its per-node timeout counts from its turn, so a
 	// busy client does not report healthy nodes as timed out.
 	keysEnd := l.state.keysGoneBy(timeout)
@@ -404,10 +404,10 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	// "not held" answers decide (releaseCount), until the last delete's
 	// deadline.
 	lastAnswer := time.Now().Add(timeout)
-	if c.queued {
+	if c.eng.Queued {
 		lastAnswer = keysEnd.Add(timeout)
 	}
-	t, late := c.voteQuorumKeep(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
+	t, late := c.voteQuorumKeep(c.eng.WithQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
 		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
@@ -419,11 +419,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 
 // releaseCall is a release script's call with args, then the channels of
 // skip (leftChannels) as further arguments.
-func releaseCall(s *redis.Script, keys []string, keyArgs []any, skip []any, args ...any) *scriptCall {
+func releaseCall(s *nodecall.Script, keys []string, keyArgs []any, skip []any, args ...any) *nodecall.ScriptCall {
 	if len(skip) > 0 {
 		args = append(args[:len(args):len(args)], skip...)
 	}
-	return newScriptCallBoxed(s, keys, keyArgs, args...)
+	return nodecall.NewScriptCallBoxed(s, keys, keyArgs, args...)
 }
 
 // deleteOn sends node n the release's delete, with skip the channels the
@@ -431,44 +431,46 @@ func releaseCall(s *redis.Script, keys []string, keyArgs []any, skip []any, args
 // has returned: a delete never overtakes its SET, since go-redis's
 // connection pool does not keep the order of commands to one node
 // (docs/performance.md). The delete may wait for the node's turn until
-// keysEnd, when the key would expire anyway (cleanupContext); the vote does
+// keysEnd, when the key would expire anyway (nodecall.Engine.CleanupContext); the vote does
 // not wait that long.
-func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
 	if st := l.state; st.calls.state != nil {
-		done, unsent := st.calls.returned(n.idx)
+		done, unsent := st.calls.returned(n.Idx)
 		if !done {
 			// A straggler of the acquisition, or an extension putting the
 			// key back here: the delete waits for that call to return, in
 			// the background once the vote is decided, and then
 			// gets a per-node timeout of its own. This call stays part of
 			// the vote, so Close waits for it.
-			if st.calls.wait(n.idx) {
-				return reply{err: errShed} // nothing to delete
+			if st.calls.wait(n.Idx) {
+				return reply{Err: errShed} // nothing to delete
 			}
-			c.enter(n, false)
-			defer n.exit()
-			n.late.Add(1) // it follows a straggler
-			defer n.late.Add(-1)
+			n.Enter()
+			defer n.Exit()
+			n.AddLate(1) // it follows a straggler
+			defer n.AddLate(-1)
 			// Like the acquire call it follows, it waits for its reply
 			// until the key would be gone anyway: on a node slower than
 			// the per-node timeout, a delete given up at the timeout (or
 			// its new connection's handshake) would leave the late grant.
-			dctx, cancel := c.cleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
+			dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
 			defer cancel()
-			code, err := call.run(dctx, n).Int64()
-			return reply{code: c.notify.released(l.keys[0], code, skip), err: err}
+			code, err := call.Run(dctx, n).Int64()
+			c.notify.released(l.keys[0], code, skip)
+			return reply{Code: code, Err: err}
 		}
 		if unsent {
-			return reply{err: errShed} // nothing to delete
+			return reply{Err: errShed} // nothing to delete
 		}
 	}
-	c.enter(n, false)
-	defer n.exit()
-	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+	n.Enter()
+	defer n.Exit()
+	dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
-	code, err := call.run(dctx, n).Int64()
-	return reply{code: c.notify.released(l.keys[0], code, skip), err: err}
+	code, err := call.Run(dctx, n).Int64()
+	c.notify.released(l.keys[0], code, skip)
+	return reply{Code: code, Err: err}
 }
 
 // countLate counts into the release vote t the replies that arrive after it
@@ -484,8 +486,8 @@ func countLate(t *tally, quorum int, late <-chan reply, lastAnswer time.Time) re
 	for !rc.decided() {
 		select {
 		case r := <-late:
-			res := &t.results[r.idx]
-			res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+			res := &t.results[r.Idx]
+			res.Outcome, res.Err, res.Latency = classify(r), r.Err, r.Latency
 			rc.pending--
 			rc.add(res.Outcome)
 			if res.Outcome == OutcomeGranted {
@@ -590,13 +592,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, error) {
 	c := l.client
 	timeout := l.cfg.timeoutFor(ttl)
-	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
+	if err := l.cfg.checkLock(ttl); err != nil {
 		return nil, nil, err
 	}
-	if err := l.cfg.checkRetention(ttl); err != nil {
-		return nil, nil, err
-	}
-	done, open := c.begin(timeout) // Close waits for the extension from here
+	done, open := c.eng.Begin(timeout) // Close waits for the extension from here
 	defer done()
 	if !open {
 		return nil, nil, ErrClosed
@@ -612,13 +611,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	// Recorded before the vote: a failed extension may still have applied
 	// this TTL on some nodes, and Release must wait for those keys too.
 	l.state.noteTTL(ttl)
-	call := newScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
+	call := nodecall.NewScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.Arg(ttl), c.retentionArg.Arg(l.cfg.retention))
 	if l.multi != nil {
 		call = l.multiExtendCall(ttl)
 	}
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
-		code, err := call.run(ctx, n).Int64()
-		return reply{code: code, err: err}
+		code, err := call.Run(ctx, n).Int64()
+		return reply{Code: code, Err: err}
 	}, nil)
 	// The stragglers end in the background (done); the Client tracks them.
 	now := time.Now()
@@ -635,7 +634,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		}
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
 	}
-	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
+	if validityLeft(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
 		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}
@@ -685,17 +684,17 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 	}
 	put, done := c.voteAll(ctx, timeout, func(ctx context.Context, n *node) reply {
 		if !gone[n] {
-			return reply{code: codeNotHeld}
+			return reply{Code: codeNotHeld}
 		}
 		// Release must delete here, whatever the acquire call did, and
 		// only once this call has returned; after Release began, nothing
 		// is put back.
-		if !l.state.beginPut(n.idx) {
-			return reply{code: codeNotHeld}
+		if !l.state.beginPut(n.Idx) {
+			return reply{Code: codeNotHeld}
 		}
-		defer l.state.endPut(n.idx)
-		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
-		return reply{code: code, err: err}
+		defer l.state.endPut(n.Idx)
+		code, err := reputScript.Run(ctx, n.Client, l.keys, args...).Int64()
+		return reply{Code: code, Err: err}
 	})
 	<-done
 	for i, r := range put.results {

@@ -14,27 +14,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/d3b93e30/redlock/internal/mutation"
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 // MaxMultiKeys is the most keys one multi-key lock takes (AcquireMulti): each
 // key adds three keys to the one script every node runs atomically, and a
 // script that long blocks the node's other commands while it runs.
 const MaxMultiKeys = 64
-
-func init() {
-	for _, s := range []*redis.Script{multiAcquireScript, multiReleaseScript, multiExtendScript, multiFenceScript} {
-		boxedHashes[s] = s.Hash()
-	}
-	for name, s := range map[string]*redis.Script{
-		"multi-acquire": multiAcquireScript,
-		"multi-release": multiReleaseScript,
-		"multi-extend":  multiExtendScript,
-		"multi-fence":   multiFenceScript,
-	} {
-		mutation.Scripts[name] = scriptSource(s)
-	}
-}
 
 // MultiLock is an acquired multi-key lock: every one of its keys is held by
 // the same owner value on a majority of the nodes, from one acquisition. It
@@ -252,8 +238,8 @@ func (c *Client) checkMulti(keys []string, ttl time.Duration, cfg config) (*mult
 		all = append(all, name, fenceKey(name), epochKey(name))
 	}
 	for _, n := range c.nodes {
-		if _, ok := n.client.(*redis.ClusterClient); ok {
-			if err := oneSlot(keys, all, n.name); err != nil {
+		if _, ok := n.Client.(*redis.ClusterClient); ok {
+			if err := oneSlot(keys, all, n.Name); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -312,7 +298,7 @@ func (c *Client) acquireMulti(ctx context.Context, mk *multiKeys, all []string, 
 	defer func() { w.leave() }()
 	for attempt := 1; ; attempt++ {
 		calls.wait()
-		done, open := c.begin(cfg.timeoutFor(ttl))
+		done, open := c.eng.Begin(cfg.timeoutFor(ttl))
 		if !open {
 			return nil, ErrClosed
 		}
@@ -376,7 +362,7 @@ type multiAcq struct {
 	shared     *lockState
 	decided    chan struct{}
 	start      time.Time
-	call       *scriptCall
+	call       *nodecall.ScriptCall
 	// per[i] is node i's answer, written by its call before it returns:
 	// read only for the replies the vote recorded.
 	per []multiGrant
@@ -413,12 +399,12 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 		fence = "1"
 	}
 	seed, seedNext := seedProposal(time.Now())
-	a.call = newScriptCall(multiAcquireScript, all, owner, c.ttlArg.arg(ttl), qMs, c.retentionArg.arg(cfg.retention), fence, seed, seedNext).forNodes(len(c.nodes))
+	a.call = nodecall.NewScriptCall(multiAcquireScript, all, owner, c.ttlArg.Arg(ttl), qMs, c.retentionArg.Arg(cfg.retention), fence, seed, seedNext).ForNodes(len(c.nodes))
 	a.start = time.Now()
-	if c.queued {
+	if c.eng.Queued {
 		a.decided = make(chan struct{})
 	}
-	voteCtx := c.withQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
+	voteCtx := c.eng.WithQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
 
 	acq := a.vote(voteCtx, calls)
 	grants := a.count(acq)
@@ -432,7 +418,7 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 	acquiredAt := time.Now()
 	a.start = cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
 	elapsed := acquiredAt.Sub(a.start)
-	validity := Validity(ttl, elapsed, cfg.driftFactor)
+	validity := validityLeft(ttl, elapsed, cfg.driftFactor)
 	if ok && validity <= 0 {
 		ok, cause = false, fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", elapsed.Round(time.Microsecond), ttl)
 	}
@@ -452,7 +438,7 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 	a.shared.noteTTL(ttl)
 	return &Lock{
 		client: c, cfg: cfg, key: joined, keys: all, owner: owner, token: tokens[0],
-		keyArgs: a.call.boxedKeys(len(all)), ownerArg: a.call.boxedArg(0), ttl: ttl,
+		keyArgs: a.call.BoxedKeys(len(all)), ownerArg: a.call.BoxedArg(0), ttl: ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(ttl - Drift(ttl, cfg.driftFactor)),
 		nodes: acq.results, state: a.shared, holdUntil: acquiredAt, vouch: vouch,
 		multi: &multiKeys{names: mk.names, tokens: tokens},
@@ -464,15 +450,15 @@ func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
 	c := a.c
 	prev := calls.last
 	acq, over := c.voteAcquire(voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
-		r := reply{err: errShed, shed: true}
+		r := reply{Err: errShed, Shed: true}
 		if err := a.ctx.Err(); err != nil {
-			r = reply{err: fmt.Errorf("%w: %w", errNotSent, err)}
-		} else if (prev == nil || prev.calls.ended(n.idx)) && c.enter(n, true) {
+			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
+		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
 			r = a.grant(ctx, n)
-			n.exit()
+			n.Exit()
 		}
-		if a.shared.calls.markReturned(n.idx, !errors.Is(r.err, errNotSent)) {
-			n.late.Add(-1)
+		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
+			n.AddLate(-1)
 		}
 		return r
 	}, a.late)
@@ -480,29 +466,29 @@ func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
 	calls.last = a.shared
 	for i, n := range c.nodes {
 		if a.shared.calls.markLate(i) {
-			n.late.Add(1)
+			n.AddLate(1)
 		}
 	}
 	return acq
 }
 
-// grant runs the script on node n and reads its answer into a.per[n.idx].
+// grant runs the script on node n and reads its answer into a.per[n.Idx].
 // The reply the vote counts is granted when every key's epoch is trusted
 // (or aged), quarantined otherwise: new when every untrusted key's epoch is
 // new (the first use of those keys may make them count, see count).
 func (a *multiAcq) grant(ctx context.Context, n *node) reply {
-	v, err := a.call.run(ctx, n).Result()
+	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
-		return reply{err: err}
+		return reply{Err: err}
 	}
 	vs, _ := v.([]any)
 	k := len(a.mk.names)
-	bad := reply{err: fmt.Errorf("redlock: unexpected multi-key acquire reply %v", v)}
+	bad := reply{Err: fmt.Errorf("redlock: unexpected multi-key acquire reply %v", v)}
 	if len(vs) == 0 {
 		return bad
 	}
 	code, _ := vs[0].(int64)
-	g := &a.per[n.idx]
+	g := &a.per[n.Idx]
 	switch code {
 	case -1:
 		g.holders, g.held = make([]string, k), make([]bool, k)
@@ -514,7 +500,7 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 			}
 			g.held[j-1], g.holders[j-1] = true, o
 		}
-		return reply{code: codeTaken}
+		return reply{Code: codeTaken}
 	case 1:
 		if len(vs) != 1+3*k {
 			return bad
@@ -523,7 +509,7 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 		return bad
 	}
 	g.counters, g.epochs, g.ages = make([]uint64, k), make([]int64, k), make([]int64, k)
-	r := reply{code: codeApplied, epoch: epochTrusted}
+	r := reply{Code: codeApplied, Epoch: epochTrusted}
 	for i := range k {
 		c, ok1 := vs[1+3*i].(int64)
 		st, ok2 := vs[2+3*i].(int64)
@@ -534,20 +520,20 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 		g.counters[i], g.epochs[i], g.ages[i] = uint64(c), st, age
 		switch st {
 		case epochQuarantined:
-			r.code, r.epoch = codeQuarantined, epochQuarantined
+			r.Code, r.Epoch = codeQuarantined, epochQuarantined
 		case epochNew:
-			if r.epoch != epochQuarantined {
-				r.code, r.epoch = codeQuarantined, epochNew
+			if r.Epoch != epochQuarantined {
+				r.Code, r.Epoch = codeQuarantined, epochNew
 			}
 		}
 		if st == epochQuarantined || st == epochNew {
 			left := a.quarantine - time.Duration(age)*time.Millisecond
-			if r.left == 0 || left > r.left {
-				r.left = left
+			if r.Left == 0 || left > r.Left {
+				r.Left = left
 			}
 		}
 	}
-	r.counter = g.counters[0]
+	r.Counter = g.counters[0]
 	return r
 }
 
@@ -635,13 +621,13 @@ func (a *multiAcq) fence(voteCtx context.Context, acq *tally, grants []int, toke
 	}
 	t, done := a.c.voteQuorum(context.WithoutCancel(voteCtx), a.timeout, func(ctx context.Context, n *node) reply {
 		switch {
-		case !isGrant[n.idx]:
-			return reply{code: codeNotHeld}
-		case hasAll[n.idx]:
-			return reply{code: codeApplied}
+		case !isGrant[n.Idx]:
+			return reply{Code: codeNotHeld}
+		case hasAll[n.Idx]:
+			return reply{Code: codeApplied}
 		}
-		code, err := call.run(ctx, n).Int64()
-		return reply{code: code, err: err}
+		code, err := call.Run(ctx, n).Int64()
+		return reply{Code: code, Err: err}
 	}, nil)
 	calls.add(done)
 	if t.granted < a.c.quorum {
@@ -652,17 +638,17 @@ func (a *multiAcq) fence(voteCtx context.Context, acq *tally, grants []int, toke
 
 // fenceCall is multiFenceScript's call: the tokens ("0" for none) and
 // vouching on or off.
-func (a *multiAcq) fenceCall(tokens []uint64, vouch bool) *scriptCall {
+func (a *multiAcq) fenceCall(tokens []uint64, vouch bool) *nodecall.ScriptCall {
 	args := make([]any, 0, 3+len(tokens))
 	v := "0"
 	if vouch {
 		v = "1"
 	}
-	args = append(args, a.call.boxedArg(0), v, retentionMs(a.cfg))
+	args = append(args, a.call.BoxedArg(0), v, retentionMs(a.cfg))
 	for _, t := range tokens {
 		args = append(args, strconv.FormatUint(t, 10))
 	}
-	return newScriptCallBoxed(multiFenceScript, a.call.keys, a.call.boxedKeys(len(a.call.keys)), args...).forNodes(len(a.c.nodes))
+	return nodecall.NewScriptCallBoxed(multiFenceScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), args...).ForNodes(len(a.c.nodes))
 }
 
 // vouch sends, in the background, the vouching of a successful
@@ -684,7 +670,7 @@ func (a *multiAcq) vouch(acq *tally, grants []int) bool {
 		return len(grants) < len(a.c.nodes)
 	}
 	call := a.fenceCall(make([]uint64, len(a.mk.names)), true)
-	untrack := a.c.track()
+	untrack := a.c.eng.Track()
 	go func() {
 		defer untrack()
 		var wg sync.WaitGroup
@@ -692,7 +678,7 @@ func (a *multiAcq) vouch(acq *tally, grants []int) bool {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 				defer cancel()
-				call.run(ctx, n)
+				call.Run(ctx, n)
 			})
 		}
 		wg.Wait()
@@ -742,10 +728,10 @@ func (a *multiAcq) decide(st int32) {
 // a "taken" from a client that may re-send. After a success nothing is
 // needed: Release deletes the keys there once the call has returned.
 func (a *multiAcq) late(r reply) {
-	if r.err != nil && errors.Is(r.err, errNotSent) {
+	if r.Err != nil && errors.Is(r.Err, nodecall.ErrNotSent) {
 		return
 	}
-	if r.err == nil && r.code == codeTaken && a.c.nodes[r.idx].noResend {
+	if r.Err == nil && r.Code == codeTaken && a.c.nodes[r.Idx].NoResend {
 		return
 	}
 	a.mu.Lock()
@@ -754,15 +740,15 @@ func (a *multiAcq) late(r reply) {
 	if st != failed {
 		return // undecided: the clean-up, sent after decide, reaches it
 	}
-	ctx, cancel := a.c.cleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
+	ctx, cancel := a.c.eng.CleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
 	defer cancel()
-	a.undo().run(ctx, a.c.nodes[r.idx])
+	a.undo().Run(ctx, a.c.nodes[r.Idx])
 }
 
 // undo is the owner-checked delete of every key of the attempt. Grants
 // create epochs void, so no epoch needs voiding.
-func (a *multiAcq) undo() *scriptCall {
-	return newScriptCallBoxed(multiReleaseScript, a.call.keys, a.call.boxedKeys(len(a.call.keys)), a.call.boxedArg(0), "0")
+func (a *multiAcq) undo() *nodecall.ScriptCall {
+	return nodecall.NewScriptCallBoxed(multiReleaseScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), a.call.BoxedArg(0), "0")
 }
 
 // cleanUp deletes the failed attempt's keys on every node that may hold
@@ -771,24 +757,24 @@ func (a *multiAcq) undo() *scriptCall {
 // call still waits for its reply (late deletes there once it comes).
 func (a *multiAcq) cleanUp(acq *tally) <-chan struct{} {
 	c := a.c
-	rel := a.undo().forNodes(len(c.nodes))
-	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
-		ended, unsent := a.shared.calls.returned(n.idx)
+	rel := a.undo().ForNodes(len(c.nodes))
+	_, done := c.voteAll(c.eng.WithQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
+		ended, unsent := a.shared.calls.returned(n.Idx)
 		switch {
 		case unsent:
-			return reply{err: errShed}
-		case acq.results[n.idx].Outcome == OutcomeTaken && n.noResend:
-			return reply{code: codeTaken}
+			return reply{Err: errShed}
+		case acq.results[n.Idx].Outcome == OutcomeTaken && n.NoResend:
+			return reply{Code: codeTaken}
 		case !ended:
-			return reply{err: errShed} // late deletes when the reply comes
+			return reply{Err: errShed} // late deletes when the reply comes
 		}
-		c.enter(n, false)
-		defer n.exit()
-		code, err := rel.run(ctx, n).Int64()
+		n.Enter()
+		defer n.Exit()
+		code, err := rel.Run(ctx, n).Int64()
 		if code == codeHandedOff {
 			code = codeApplied
 		}
-		return reply{code: code, err: err}
+		return reply{Code: code, Err: err}
 	})
 	return done
 }
@@ -797,20 +783,20 @@ func (a *multiAcq) cleanUp(acq *tally) <-chan struct{} {
 // With the amnesia guard, when not every node granted in time with
 // trusted epochs (vouch), it vouches and writes the tokens back where it
 // deletes the keys: it may overtake the acquisition's follow-up writes.
-func (l *Lock) multiReleaseCall() *scriptCall {
+func (l *Lock) multiReleaseCall() *nodecall.ScriptCall {
 	if !l.vouch {
-		return newScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, l.ownerArg, "0")
+		return nodecall.NewScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, l.ownerArg, "0")
 	}
 	args := make([]any, 0, 2+len(l.multi.tokens))
 	args = append(args, l.ownerArg, "1")
 	for _, t := range l.multi.tokens {
 		args = append(args, strconv.FormatUint(t, 10))
 	}
-	return newScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, args...)
+	return nodecall.NewScriptCallBoxed(multiReleaseScript, l.keys, l.keyArgs, args...)
 }
 
 // multiExtendCall is Extend's call for a multi-key lock.
-func (l *Lock) multiExtendCall(ttl time.Duration) *scriptCall {
+func (l *Lock) multiExtendCall(ttl time.Duration) *nodecall.ScriptCall {
 	c := l.client
-	return newScriptCallBoxed(multiExtendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
+	return nodecall.NewScriptCallBoxed(multiExtendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.Arg(ttl), c.retentionArg.Arg(l.cfg.retention))
 }

@@ -1,14 +1,12 @@
 package redlock
 
-import "github.com/redis/go-redis/v9"
-
 // The scripts of the multi-key lock (multilock.go). Each takes the K keys'
 // lock key, fencing counter and epoch as KEYS (lock key i is KEYS[3i-2], its
 // counter KEYS[3i-1], its epoch KEYS[3i]), so that one script sets, extends
 // or deletes all of them atomically on a node, and a Redis Cluster node
 // routes it to the one slot that holds them all.
 
-// multiAcquireScript sets every lock key if every one is free, else none.
+// multiAcquireLua sets every lock key if every one is free, else none.
 // ARGV is acquireScript's: the owner value, the TTL (ms), the quarantine
 // (ms, -1: guard off), the retention (ms), "1" with fencing on, the proposed
 // seed and seed + 1. When a key is held it changes nothing and returns {-1,
@@ -19,7 +17,7 @@ import "github.com/redis/go-redis/v9"
 // age in ms, with the rules of acquireScript applied to each key. The SET
 // keeps NX, a no-op after the check: a mutant that skips the check then
 // sets only the free keys.
-var multiAcquireScript = redis.NewScript(luaHelpers + `
+const multiAcquireLua = luaHelpers + `
 local k = #KEYS / 3
 local held = {}
 for i = 1, k do
@@ -86,7 +84,7 @@ for i = 1, k do
   out[#out + 1] = age
 end
 return out
-`)
+`
 
 // luaMultiOwned is a fragment of the scripts below: owned(owner) counts
 // the lock keys that hold owner, and reports whether any other holds
@@ -106,7 +104,7 @@ local function owned(owner)
 end
 `
 
-// multiReleaseScript deletes every lock key that holds the owner value
+// multiReleaseLua deletes every lock key that holds the owner value
 // ARGV[1], telling each deleted key's longest waiter (luaWakeNext). With
 // ARGV[2] = "1" it also does, where it deletes key i, what the
 // acquisition's follow-up writes do (releaseVouchScript): counter :=
@@ -116,7 +114,7 @@ end
 // (codeHandedOff), -1 some key was not ours and another owner holds one,
 // 0 some key was not ours and none is held by another (the keys of ours
 // are deleted all the same). A failed attempt's clean-up uses it too.
-var multiReleaseScript = redis.NewScript(luaWakeNext + `
+const multiReleaseLua = luaWakeNext + `
 local k = #KEYS / 3
 local ours, other = {}, false
 for i = 1, k do
@@ -146,15 +144,15 @@ end
 if #ours == k then return woke end
 if other then return -1 end
 return 0
-`)
+`
 
-// multiExtendScript is extendScript for every key at once, all or none:
+// multiExtendLua is extendScript for every key at once, all or none:
 // only when every lock key holds the owner value ARGV[1] does each live at
 // least ARGV[2] more ms (never shortened), and its counter and epoch get
 // the retention ARGV[3] (ms). Codes: 1 extended, -1 some key is not ours
 // and another owner holds one, 0 some key is not ours and none is held by
 // another (nothing changed).
-var multiExtendScript = redis.NewScript(luaMultiOwned + `
+const multiExtendLua = luaMultiOwned + `
 local k = #KEYS / 3
 local mine, other = owned(ARGV[1])
 if mine < k then
@@ -171,14 +169,14 @@ for i = 1, k do
   redis.call('PEXPIRE', KEYS[3 * i], r)
 end
 return 1
-`)
+`
 
-// multiFenceScript is fenceScript for every key at once, only while every
+// multiFenceLua is fenceScript for every key at once, only while every
 // lock key holds the owner value ARGV[1]: each key i's counter becomes
 // max(counter, ARGV[3 + i]) unless that is "0", with ARGV[2] = "1" each
 // key's epoch is vouched for (trusted, no longer void), and both get the
 // retention ARGV[3] (ms). Codes: 1 applied, -1 / 0 as multiExtendScript.
-var multiFenceScript = redis.NewScript(luaMultiOwned + `
+const multiFenceLua = luaMultiOwned + `
 local k = #KEYS / 3
 local mine, other = owned(ARGV[1])
 if mine < k then
@@ -205,4 +203,4 @@ for i = 1, k do
   end
 end
 return 1
-`)
+`

@@ -73,11 +73,6 @@ func newTicket() string {
 	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
 }
 
-// codeHandedOff is the release scripts' reply where they deleted the key
-// and told a waiter of it: codeApplied for the vote, and a hand-off for the
-// releasing Client (notifier.released).
-const codeHandedOff = 2
-
 // handoffWindow is how long after one of its Release calls woke a waiter of
 // a key a Client's next Acquire of that key waits its turn behind the
 // waiters instead of trying at once (notifier.yielding).
@@ -317,7 +312,7 @@ func (n *notifier) start() {
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
 	for i, nd := range n.c.nodes {
-		s, ok := nd.client.(subscriber)
+		s, ok := nd.Client.(subscriber)
 		if !ok || isNil(s) {
 			continue
 		}
@@ -696,23 +691,22 @@ func (w *lockWaiter) leave() {
 	w.n.mu.Unlock()
 }
 
-// released turns a release script's reply code from node calls into the
-// vote's: codeHandedOff (the node told a waiter of lock key name) is
-// codeApplied, and is recorded so that this Client's next Acquire of the
-// key waits its turn (yielding). Not while a waiter of this Client for the
-// key that has left, and that the release did not skip (skipped, from
-// leftChannels), may still be subscribed (mayTellLeft): the message may
-// have gone to it, which wants the key no more, and the next Acquire would
-// wait for nobody.
-func (n *notifier) released(name string, code int64, skipped []any) int64 {
+// released records a release script's reply code from a node call:
+// codeHandedOff (the node told a waiter of lock key name) is recorded so
+// that this Client's next Acquire of the key waits its turn (yielding). Not
+// while a waiter of this Client for the key that has left, and that the
+// release did not skip (skipped, from leftChannels), may still be
+// subscribed (mayTellLeft): the message may have gone to it, which wants
+// the key no more, and the next Acquire would wait for nobody.
+func (n *notifier) released(name string, code int64, skipped []any) {
 	if code != codeHandedOff {
-		return code
+		return
 	}
 	now := time.Now()
 	n.mu.Lock()
 	if n.mayTellLeft(name, skipped) {
 		n.mu.Unlock()
-		return codeApplied
+		return
 	}
 	if n.handedOff == nil {
 		n.handedOff = make(map[string]time.Time)
@@ -727,7 +721,6 @@ func (n *notifier) released(name string, code int64, skipped []any) int64 {
 	n.handedOff[name] = now
 	n.handoffs.Store(int32(len(n.handedOff)))
 	n.mu.Unlock()
-	return codeApplied
 }
 
 // yielding reports whether a Release of this Client woke a waiter of lock

@@ -60,7 +60,7 @@ type Semaphore struct {
 // hash tag, permits outside [1, MaxPermits], or a bad option; ErrClosed when
 // the Client is closed. Every holder must use the same name and permits.
 func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore, error) {
-	if c.closed.Load() {
+	if c.eng.Closed() {
 		return nil, ErrClosed
 	}
 	if permits < 1 || permits > MaxPermits {

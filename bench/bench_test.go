@@ -105,7 +105,7 @@ func TestMain(m *testing.M) {
 		fmt.Printf("go-redis logged %d lines (refused dials, connections closed under faults); not shown\n", n)
 	}
 	for _, s := range pool {
-		s.Stop()
+		s.Close()
 	}
 	for _, c := range admins {
 		c.Close()
@@ -141,7 +141,7 @@ func nodes(b *testing.B, n int) []*Server {
 			poolErr = errs[0]
 			for _, s := range pool {
 				if s != nil {
-					s.Stop()
+					s.Close()
 				}
 			}
 			pool = nil
@@ -159,7 +159,7 @@ func nodes(b *testing.B, n int) []*Server {
 func addrsOf(srv []*Server) []string {
 	a := make([]string, len(srv))
 	for i, s := range srv {
-		a[i] = s.Addr
+		a[i] = s.Addr()
 	}
 	return a
 }
@@ -182,16 +182,16 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 	ctx := context.Background()
 	found := map[*Server][]string{}
 	for _, s := range srv {
-		if !s.Alive() {
+		if !s.Running() {
 			continue // killed: its keys died with it
 		}
 		for _, pattern := range []string{"bench:*", "{bench:*}:permit:[0-9]"} {
-			iter := admin(s.Addr).Scan(ctx, 0, pattern, 1000).Iterator()
+			iter := admin(s.Addr()).Scan(ctx, 0, pattern, 1000).Iterator()
 			for iter.Next(ctx) {
 				found[s] = append(found[s], iter.Val())
 			}
 			if err := iter.Err(); err != nil {
-				b.Fatalf("scan %s: %v", s.Addr, err)
+				b.Fatalf("scan %s: %v", s.Addr(), err)
 			}
 		}
 	}
@@ -203,9 +203,9 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 func flush(b *testing.B, srv []*Server) {
 	b.Helper()
 	for _, s := range srv {
-		if s.Alive() {
-			if err := admin(s.Addr).FlushAll(context.Background()).Err(); err != nil {
-				b.Fatalf("flushall %s: %v", s.Addr, err)
+		if s.Running() {
+			if err := admin(s.Addr()).FlushAll(context.Background()).Err(); err != nil {
+				b.Fatalf("flushall %s: %v", s.Addr(), err)
 			}
 		}
 	}
@@ -217,18 +217,18 @@ func commands(b *testing.B, srv []*Server) int64 {
 	b.Helper()
 	var total int64
 	for _, s := range srv {
-		if !s.Alive() {
+		if !s.Running() {
 			continue
 		}
-		info, err := admin(s.Addr).Info(context.Background(), "stats").Result()
+		info, err := admin(s.Addr()).Info(context.Background(), "stats").Result()
 		if err != nil {
-			b.Fatalf("info %s: %v", s.Addr, err)
+			b.Fatalf("info %s: %v", s.Addr(), err)
 		}
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil {
-					b.Fatalf("info %s: %v", s.Addr, err)
+					b.Fatalf("info %s: %v", s.Addr(), err)
 				}
 				total += n
 			}
@@ -242,7 +242,7 @@ func commands(b *testing.B, srv []*Server) int64 {
 func startClean(b *testing.B, srv []*Server) {
 	b.Helper()
 	for s, keys := range scanKeys(b, srv) {
-		b.Logf("before the run: %d lock keys left on %s by an earlier case's background work, e.g. %q", len(keys), s.Addr, keys[0])
+		b.Logf("before the run: %d lock keys left on %s by an earlier case's background work, e.g. %q", len(keys), s.Addr(), keys[0])
 	}
 	flush(b, srv)
 }
@@ -260,7 +260,7 @@ func checkStale(b *testing.B, srv []*Server, lost *Server) {
 			onLost += len(keys)
 			continue
 		}
-		b.Logf("%d stale lock keys on %s, e.g. %q", len(keys), s.Addr, keys[0])
+		b.Logf("%d stale lock keys on %s, e.g. %q", len(keys), s.Addr(), keys[0])
 		found += len(keys)
 	}
 	flush(b, srv)
@@ -545,7 +545,7 @@ func faultCase(b *testing.B, fault func(b *testing.B, p *chaos.Proxy)) {
 // withProxy runs f with node 4 of 5 behind a fresh chaos proxy.
 func withProxy(b *testing.B, f func(addrs []string, srv []*Server, p *chaos.Proxy)) {
 	srv := nodes(b, 5)
-	p, err := chaos.NewProxy(srv[4].Addr)
+	p, err := chaos.NewProxy(srv[4].Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -595,7 +595,7 @@ func BenchmarkC4NodeKilled(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer victim.Stop()
+				defer victim.Close()
 				srv := append(slices.Clone(standing), victim)
 				addrs := addrsOf(srv)
 				var (
@@ -603,10 +603,10 @@ func BenchmarkC4NodeKilled(b *testing.B) {
 					lost *Server // unreachable but alive: its keys stay
 				)
 				if mode == "process" {
-					kill = victim.Kill
+					kill = func() { _ = victim.Kill() }
 				} else {
 					lost = victim
-					p, err := chaos.NewProxy(victim.Addr)
+					p, err := chaos.NewProxy(victim.Addr())
 					if err != nil {
 						b.Fatal(err)
 					}

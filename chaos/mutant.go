@@ -131,6 +131,9 @@ func (m Mutant) check() error {
 	if m.knobs == nil && len(m.opts) == 0 && len(m.rewrites) == 0 {
 		return fmt.Errorf("chaos: mutant %s changes nothing", m.Name)
 	}
+	if !mutation.Available() {
+		return fmt.Errorf("chaos: mutant %s: the library was built without its mutant hooks: build with -tags %s", m.Name, mutation.Tag)
+	}
 	if _, err := mutation.Compile(m.rewrites); err != nil {
 		return fmt.Errorf("chaos: mutant %s: %w", m.Name, err)
 	}
