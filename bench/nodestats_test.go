@@ -76,10 +76,10 @@ func (s nodeStats) sub(o nodeStats) nodeStats {
 func readNodeStats(ctx context.Context, srv []*Server) (nodeStats, error) {
 	st := nodeStats{cmdUsec: map[string]int64{}}
 	for _, s := range srv {
-		if !s.Alive() {
+		if !s.Running() {
 			continue
 		}
-		info, err := admin(s.Addr).Info(ctx, "commandstats", "cpu").Result()
+		info, err := admin(s.Addr()).Info(ctx, "commandstats", "cpu").Result()
 		if err != nil {
 			return st, err
 		}
