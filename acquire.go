@@ -201,7 +201,20 @@ type outage struct {
 // it may go on.
 func (o *outage) record(started time.Time, qe *QuorumError) error {
 	if !qe.noQuorum() {
-		o.answered(started, qe.Nodes)
+		answers := 0
+		for _, n := range qe.Nodes {
+			switch n.Outcome {
+			case OutcomeGranted, OutcomeTaken, OutcomeNotHeld, OutcomeQuarantined:
+				answers++
+			}
+		}
+		// Nodes left pending (not asked while this Acquire's previous
+		// call there still waits for its reply, or cut short) say
+		// nothing of an outage: only an attempt that a majority answered
+		// ends one.
+		if answers >= qe.Quorum {
+			o.answered(started, qe.Nodes)
+		}
 		return nil
 	}
 	if o.since.IsZero() {
