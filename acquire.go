@@ -890,16 +890,26 @@ func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (
 }
 
 // writeBackError says how a write-back fell short: how many nodes had the
-// token, and what each node written to answered.
+// token (the grants that returned it, and those written to in time), and
+// what each node written to answered. The grants that returned the token
+// are counted from the grants themselves, not from the write-back's vote,
+// which may be decided by failures before their calls are counted.
 func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
 	var b strings.Builder
+	on := 0
 	for _, i := range g.idx {
-		if g.t.counters[i] < token {
-			r := fence.results[i]
+		r := fence.results[i]
+		switch {
+		case g.t.counters[i] == token:
+			on++
+		case r.Outcome == OutcomeGranted:
+			on++
+			fallthrough
+		default:
 			fmt.Fprintf(&b, ", %s %s", r.Node, r.Outcome)
 		}
 	}
-	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", fence.granted, quorum, strings.TrimPrefix(b.String(), ","))
+	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", on, quorum, strings.TrimPrefix(b.String(), ","))
 }
 
 // vouchDelay is how long after a successful acquisition finishGrants waits
