@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 // acquire is Acquire's retry loop around attempt.
@@ -46,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// calls, goroutines and pooled connections per node whatever the
 		// number of attempts.
 		calls.wait()
-		done, open := c.begin(cfg.timeoutFor(ttl)) // Close waits for the attempt from here
+		done, open := c.eng.Begin(cfg.timeoutFor(ttl)) // Close waits for the attempt from here
 		if !open {
 			return nil, ErrClosed
 		}
@@ -146,10 +148,7 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
-		return nil, err
-	}
-	if err := cfg.checkRetention(ttl); err != nil {
+	if err := cfg.checkLock(ttl); err != nil {
 		return nil, err
 	}
 	if err := cfg.checkMinHold(ttl); err != nil {
@@ -202,7 +201,20 @@ type outage struct {
 // it may go on.
 func (o *outage) record(started time.Time, qe *QuorumError) error {
 	if !qe.noQuorum() {
-		o.answered(started, qe.Nodes)
+		answers := 0
+		for _, n := range qe.Nodes {
+			switch n.Outcome {
+			case OutcomeGranted, OutcomeTaken, OutcomeNotHeld, OutcomeQuarantined:
+				answers++
+			}
+		}
+		// Nodes left pending (not asked while this Acquire's previous
+		// call there still waits for its reply, or cut short) say
+		// nothing of an outage: only an attempt that a majority answered
+		// ends one.
+		if answers >= qe.Quorum {
+			o.answered(started, qe.Nodes)
+		}
 		return nil
 	}
 	if o.since.IsZero() {
@@ -265,10 +277,10 @@ func (vc *voteCalls) wait() {
 }
 
 // errShed is the error of a call not sent to a node because that node
-// already had too many calls of this Client running (Client.enter). An
+// already had too many calls of this Client running (nodecall.Engine.EnterAcquire). An
 // acquisition's vote leaves such a node pending (reply.shed): it was not
 // asked, so it neither answered nor timed out.
-var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", errNotSent, context.DeadlineExceeded)
+var errShed = fmt.Errorf("%w: the node has too many calls in flight: %w", nodecall.ErrNotSent, context.DeadlineExceeded)
 
 // attempt states, read by late replies to know what they still need.
 const (
@@ -294,16 +306,20 @@ type acquisition struct {
 	// and which nodes' acquire calls have returned.
 	shared *lockState
 	// decided is closed by decide: the attempt's calls still waiting for
-	// a node's turn (nodequeue.go) are then not sent. A straggler would
+	// a node's turn (internal/nodecall: Queue) are then not sent. A straggler would
 	// only set a key to be written back or deleted, and the Lock's Release
 	// would wait for it.
 	decided chan struct{}
 	// start is when the attempt started, the origin of its validity time;
-	// voteCtx the context of its vote and write-back (nodequeue.go:
-	// withQueueBy).
+	// voteCtx the context of its vote and write-back (nodecall.Engine:
+	// WithQueueBy).
 	start   time.Time
 	voteCtx context.Context
-	call    *scriptCall // the acquire script's command, the same for every node
+	call    *nodecall.ScriptCall // the acquire script's command, the same for every node
+
+	// unsure: a node that said "taken" was asked again (reask) and did
+	// not answer: the key may still be there, so the vote is no first use.
+	unsure bool
 
 	mu    sync.Mutex
 	state int32   // undecided, succeeded or failed
@@ -316,18 +332,18 @@ type acquisition struct {
 // -2 - counter for a grant that created the epoch just now, else {code,
 // counter, epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	v, err := a.call.run(ctx, n).Result()
+	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
-		return reply{err: err}
+		return reply{Err: err}
 	}
 	if c, ok := v.(int64); ok {
 		switch {
 		case c == -1:
-			return reply{code: codeTaken}
+			return reply{Code: codeTaken}
 		case c < -1:
-			return reply{code: codeQuarantined, counter: uint64(-2 - c), epoch: epochNew, left: a.quarantine}
+			return reply{Code: codeQuarantined, Counter: uint64(-2 - c), Epoch: epochNew, Left: a.quarantine}
 		}
-		return reply{code: codeApplied, counter: uint64(c), epoch: epochTrusted}
+		return reply{Code: codeApplied, Counter: uint64(c), Epoch: epochTrusted}
 	}
 	vs, _ := v.([]any)
 	var res [4]int64
@@ -336,11 +352,11 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 		res[i], ok = vs[i].(int64)
 	}
 	if !ok || res[1] < 0 {
-		return reply{err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
+		return reply{Err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
 	}
-	r := reply{code: res[0], counter: uint64(res[1]), epoch: res[2]}
-	if r.code == codeApplied && (r.epoch == epochQuarantined || r.epoch == epochNew) {
-		r.code, r.left = codeQuarantined, a.quarantine-time.Duration(res[3])*time.Millisecond
+	r := reply{Code: res[0], Counter: uint64(res[1]), Epoch: res[2]}
+	if r.Code == codeApplied && (r.Epoch == epochQuarantined || r.Epoch == epochNew) {
+		r.Code, r.Left = codeQuarantined, a.quarantine-time.Duration(res[3])*time.Millisecond
 	}
 	return r
 }
@@ -358,10 +374,10 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 // have reached the node before that first copy ran. (After a success the
 // key is the holder's, and Release deletes it on every node.)
 func (a *acquisition) late(r reply) {
-	if r.err != nil {
+	if r.Err != nil {
 		// No answer, though the call was sent: its SET may have run.
 		// After a failure, the clean-up left this node to this reply.
-		if !errors.Is(r.err, errNotSent) {
+		if !errors.Is(r.Err, nodecall.ErrNotSent) {
 			a.mu.Lock()
 			st := a.state
 			a.mu.Unlock()
@@ -371,7 +387,7 @@ func (a *acquisition) late(r reply) {
 		}
 		return
 	}
-	if r.code == codeTaken && !a.c.nodes[r.idx].noResend {
+	if r.Code == codeTaken && !a.c.nodes[r.Idx].NoResend {
 		a.mu.Lock()
 		st := a.state
 		a.mu.Unlock()
@@ -380,7 +396,7 @@ func (a *acquisition) late(r reply) {
 		}
 		return
 	}
-	if r.code != codeApplied && r.code != codeQuarantined {
+	if r.Code != codeApplied && r.Code != codeQuarantined {
 		return
 	}
 	a.mu.Lock()
@@ -409,7 +425,7 @@ func (a *acquisition) decide(st int32, token uint64) {
 	if st == failed || len(early) == 0 {
 		return
 	}
-	untrack := a.c.track()
+	untrack := a.c.eng.Track()
 	go func() {
 		defer untrack()
 		for _, r := range early {
@@ -428,19 +444,19 @@ func (a *acquisition) decide(st int32, token uint64) {
 // late the grant, it holds this holder's key, so it has forgotten nothing
 // that still matters; docs/fencing.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
-	n := a.c.nodes[r.idx]
+	n := a.c.nodes[r.Idx]
 	if st == failed {
 		// Its SET ran before this reply: the key is gone by now + TTL.
-		ctx, cancel := a.c.cleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
+		ctx, cancel := a.c.eng.CleanupContext(a.ctx, time.Now().Add(a.ttl), a.timeout)
 		defer cancel()
-		a.undo().run(ctx, n)
+		a.undo().Run(ctx, n)
 		return
 	}
 	if a.shared.released.Load() {
 		return
 	}
-	lift := a.cfg.fencing && r.counter < token
-	vouch := a.quarantine > 0 && r.epoch != epochTrusted
+	lift := a.cfg.fencing && r.Counter < token
+	vouch := a.quarantine > 0 && r.Epoch != epochTrusted
 	if lift || vouch {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.timeout)
 		defer cancel()
@@ -458,8 +474,8 @@ func (a *acquisition) followUp(ctx context.Context, n *node, token uint64, lift,
 	if vouch {
 		trust = "1"
 	}
-	code, err := fenceScript.Run(ctx, n.client, a.keys, a.owner, tok, trust, retentionMs(a.cfg)).Int64()
-	return reply{code: code, err: err}
+	code, err := fenceScript.Run(ctx, n.Client, a.keys, a.owner, tok, trust, retentionMs(a.cfg)).Int64()
+	return reply{Code: code, Err: err}
 }
 
 // attempt makes one acquisition attempt, in the steps of the Redlock spec
@@ -474,6 +490,7 @@ func (c *Client) attempt(ctx context.Context, key string, keys []string, ttl tim
 		return nil, err
 	}
 	acq := a.vote(calls)
+	acq = a.reask(acq, calls)
 	grants := a.countVotes(key, acq)
 	ok := acq.granted >= c.quorum
 	var (
@@ -521,20 +538,20 @@ func (c *Client) startAttempt(ctx context.Context, key string, keys []string, tt
 	a.call = a.acquireCall()
 	a.start = time.Now()
 	// On the nodes Dial connected to, a call may wait for a free connection
-	// (nodequeue.go) as long as an answer could still leave the lock some
+	// (internal/nodecall: Queue) as long as an answer could still leave the lock some
 	// validity, and until the attempt is decided; the wait counts in the
 	// elapsed time, measured from start.
-	if c.queued {
+	if c.eng.Queued {
 		a.decided = make(chan struct{})
 	}
-	a.voteCtx = c.withQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
+	a.voteCtx = c.eng.WithQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
 	return a, nil
 }
 
 // acquireCall is the acquire script's command, the same for every node:
 // the owner, the TTL, the guard's quarantine (-1: off), the retention,
 // fencing on or off, and the proposed seed of new counters.
-func (a *acquisition) acquireCall() *scriptCall {
+func (a *acquisition) acquireCall() *nodecall.ScriptCall {
 	qMs := "-1" // guard off
 	if a.quarantine > 0 {
 		qMs = strconv.FormatInt(a.quarantine.Milliseconds(), 10)
@@ -545,11 +562,11 @@ func (a *acquisition) acquireCall() *scriptCall {
 	}
 	seed, seedNext := seedProposal(time.Now())
 	c := a.c
-	return newScriptCall(acquireScript, a.keys, a.owner, c.ttlArg.arg(a.ttl), qMs, c.retentionArg.arg(a.cfg.retention), fence, seed, seedNext).forNodes(len(c.nodes))
+	return nodecall.NewScriptCall(acquireScript, a.keys, a.owner, c.ttlArg.Arg(a.ttl), qMs, c.retentionArg.Arg(a.cfg.retention), fence, seed, seedNext).ForNodes(len(c.nodes))
 }
 
 // vote asks every node for the key and decides at the quorum; the node
-// calls still running then are counted as stragglers (node.late). Each call
+// calls still running then are counted as stragglers (nodecall.Node.AddLate). Each call
 // waits for its reply until the key would have expired had it been set when
 // the attempt began, so that a late grant is seen (late). A node whose call
 // of the Acquire's previous attempt still waits for its reply is not asked
@@ -558,16 +575,16 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 	c := a.c
 	prev := calls.last
 	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
-		r := reply{err: errShed, shed: true}
+		r := reply{Err: errShed, Shed: true}
 		if err := a.ctx.Err(); err != nil {
-			r = reply{err: fmt.Errorf("%w: %w", errNotSent, err)}
-		} else if (prev == nil || prev.calls.ended(n.idx)) && c.enter(n, true) {
+			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
+		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
 			r = a.grant(ctx, n)
-			n.exit()
+			n.Exit()
 		}
 		// Not sent (shed, or the node's queue dropped it): no clean-up.
-		if a.shared.calls.markReturned(n.idx, !errors.Is(r.err, errNotSent)) {
-			n.late.Add(-1)
+		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
+			n.AddLate(-1)
 		}
 		return r
 	}, a.late)
@@ -575,7 +592,90 @@ func (a *acquisition) vote(calls *voteCalls) *tally {
 	calls.last = a.shared
 	for i, n := range c.nodes {
 		if a.shared.calls.markLate(i) { // a straggler
-			n.late.Add(1)
+			n.AddLate(1)
+		}
+	}
+	return acq
+}
+
+// reaskRounds is how many times one attempt asks again the nodes that said
+// "taken" to a split first use (reask).
+const reaskRounds = 3
+
+// reask settles a split first use (tally.splitFirstUse): several clients
+// made the first use of the key at once, and this attempt got a majority of
+// grants on epochs created just now, but the other nodes said "taken". The
+// other attempts have fewer than a majority, so they fail and take their
+// keys back; reask waits about one round trip (the slowest answer of the
+// last round, at least 1 ms), asks those nodes again with the same owner
+// value, and returns the new tally: the grants it kept, the new answers,
+// and the other nodes' first ones. It gives up, returning the last tally,
+// after reaskRounds rounds, once the attempt has lasted one per-node
+// timeout, or when a node's client may re-send a command (a "taken" may
+// then be our own key). A node asked again that does not answer makes the
+// vote no first use (unsure): its key may still be there. The first-use
+// rule then reads each node's last answer; docs/fencing.md, "First use of
+// a key", says why that is safe.
+func (a *acquisition) reask(acq *tally, calls *voteCalls) *tally {
+	for round := 0; round < reaskRounds && a.quarantine > 0 && !a.unsure && acq.splitFirstUse(); round++ {
+		wait := time.Millisecond
+		for i, r := range acq.results {
+			wait = max(wait, r.Latency)
+			if r.Outcome == OutcomeTaken && !a.c.nodes[i].NoResend {
+				return acq
+			}
+		}
+		if time.Since(a.start)+wait >= a.timeout {
+			return acq
+		}
+		if sleepCtx(a.ctx, wait); a.ctx.Err() != nil {
+			return acq
+		}
+		acq = a.revote(acq, calls)
+	}
+	return acq
+}
+
+// revote is one round of reask: the nodes that said "taken" in prev get
+// the acquire call again, the others' answers in prev stand. Its calls are
+// tracked like the first vote's (lockState.calls, late, calls).
+func (a *acquisition) revote(prev *tally, calls *voteCalls) *tally {
+	c := a.c
+	again := make([]bool, len(c.nodes))
+	for i := range prev.results {
+		if prev.results[i].Outcome == OutcomeTaken {
+			again[i] = true
+			a.shared.calls.rearm(i)
+		}
+	}
+	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
+		if !again[n.Idx] {
+			return prev.replay(n.Idx)
+		}
+		r := reply{Err: errShed, Shed: true}
+		if err := a.ctx.Err(); err != nil {
+			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
+		} else if c.eng.EnterAcquire(n) {
+			r = a.grant(ctx, n)
+			n.Exit()
+		}
+		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
+			n.AddLate(-1)
+		}
+		return r
+	}, a.late)
+	calls.add(over)
+	for i, n := range c.nodes {
+		if again[i] && a.shared.calls.markLate(i) { // a straggler
+			n.AddLate(1)
+		}
+	}
+	for i := range acq.results {
+		switch {
+		case !again[i]:
+			acq.results[i].Latency = prev.results[i].Latency
+		case acq.results[i].Outcome != OutcomeGranted && acq.results[i].Outcome != OutcomeQuarantined && acq.results[i].Outcome != OutcomeTaken:
+			a.unsure = true
 		}
 	}
 	return acq
@@ -604,7 +704,7 @@ func (a *acquisition) fence(grants grantSet, calls *voteCalls) (token uint64, wr
 func (a *acquisition) validity(acquiredAt time.Time) (validity time.Duration, ranOut error) {
 	a.start = a.cfg.mutant.AcquireStart(a.start, acquiredAt) // chaos mutant hook
 	elapsed := acquiredAt.Sub(a.start)
-	validity = Validity(a.ttl, elapsed, a.cfg.driftFactor)
+	validity = validityLeft(a.ttl, elapsed, a.cfg.driftFactor)
 	if validity <= 0 {
 		ranOut = fmt.Errorf("validity time ran out: acquisition took %v of the %v ttl", elapsed.Round(time.Microsecond), a.ttl)
 	}
@@ -620,7 +720,7 @@ func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written
 	a.shared.noteTTL(a.ttl)
 	return &Lock{
 		client: a.c, cfg: a.cfg, key: a.key, keys: a.keys, owner: a.owner, token: token,
-		keyArgs: a.call.boxedKeys(len(a.keys)), ownerArg: a.call.boxedArg(0),
+		keyArgs: a.call.BoxedKeys(len(a.keys)), ownerArg: a.call.BoxedArg(0),
 		vouch: a.quarantine > 0 && !grants.allTrusted(), ttl: a.ttl,
 		acquiredAt: acquiredAt, validUntil: a.start.Add(a.ttl - Drift(a.ttl, a.cfg.driftFactor)),
 		nodes: acq.results, state: a.shared, holdUntil: acquiredAt.Add(a.cfg.minHold),
@@ -642,12 +742,12 @@ func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumErr
 // undo is the call that takes a failed attempt's grant back on a node: the
 // owner-checked delete of its key and, with the amnesia guard on, of the
 // epoch its grant created there (abandonScript).
-func (a *acquisition) undo() *scriptCall {
-	owner := a.call.boxedArg(0) // boxed once for the attempt
+func (a *acquisition) undo() *nodecall.ScriptCall {
+	owner := a.call.BoxedArg(0) // boxed once for the attempt
 	if a.quarantine > 0 {
-		return newScriptCallBoxed(abandonScript, a.keys, a.call.boxedKeys(len(a.keys)), owner)
+		return nodecall.NewScriptCallBoxed(abandonScript, a.keys, a.call.BoxedKeys(len(a.keys)), owner)
 	}
-	return newScriptCallBoxed(releaseScript, a.keys[:1], a.call.boxedKeys(1), owner)
+	return nodecall.NewScriptCallBoxed(releaseScript, a.keys[:1], a.call.BoxedKeys(1), owner)
 }
 
 // cleanUp takes the failed attempt's grants back (undo) on every node that
@@ -666,32 +766,29 @@ func (a *acquisition) undo() *scriptCall {
 // the keys would have expired anyway.
 func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 	c := a.c
-	rel := a.undo().forNodes(len(c.nodes))
+	rel := a.undo().ForNodes(len(c.nodes))
 	// Each delete may wait for its node's turn until the key would be gone
 	// anyway: a SET that ran before now expires by now + TTL (the stragglers'
 	// later SETs are deleted again when they answer: settle).
-	_, done := c.voteAll(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
-		if _, unsent := a.shared.calls.returned(n.idx); unsent {
-			return reply{err: errShed} // nothing was sent: nothing to delete
+	_, done := c.voteAll(c.eng.WithQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
+		if _, unsent := a.shared.calls.returned(n.Idx); unsent {
+			return reply{Err: errShed} // nothing was sent: nothing to delete
 		}
-		if acq.results[n.idx].Outcome == OutcomeTaken && n.noResend {
-			return reply{code: codeTaken} // our SET did not apply there
+		if acq.results[n.Idx].Outcome == OutcomeTaken && n.NoResend {
+			return reply{Code: codeTaken} // our SET did not apply there
 		}
-		if !a.shared.calls.ended(n.idx) {
+		if !a.shared.calls.ended(n.Idx) {
 			// Its acquire call still waits for its reply, on one of the
 			// node's connections: the undo gets a free one now or is
 			// left to late (on the nodes Dial connects to).
-			nctx, _, cancel := c.nodeContext(c.withQueueBy(context.WithoutCancel(a.ctx), time.Now(), nil), a.timeout)
+			nctx, _, cancel := c.eng.NodeContext(c.eng.WithQueueBy(context.WithoutCancel(a.ctx), time.Now(), nil), a.timeout)
 			defer cancel()
 			ctx = nctx
 		}
-		c.enter(n, false)
-		defer n.exit()
-		code, err := rel.run(ctx, n).Int64()
-		if code == codeHandedOff {
-			code = codeApplied // the clean-up told a waiter: a minority, it wakes nobody
-		}
-		return reply{code: code, err: err}
+		n.Enter()
+		defer n.Exit()
+		code, err := rel.Run(ctx, n).Int64() // a waiter told here: a minority, it wakes nobody
+		return reply{Code: code, Err: err}
 	})
 	return done
 }
@@ -699,7 +796,7 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 // countVotes applies the amnesia guard's first-use rule to the vote, logs
 // the quarantined votes, and returns the grants received in time.
 func (a *acquisition) countVotes(key string, acq *tally) grantSet {
-	if acq.brandNew() {
+	if acq.brandNew() && !a.unsure {
 		// First use of the key: no node has any history it could have
 		// forgotten, so every fresh vote counts. The epochs stay as the
 		// nodes reported them: those nodes still need vouching.
@@ -734,7 +831,8 @@ type grantSet struct {
 
 // token is the fencing token: the highest counter among the grants. Every
 // counter counts, trusted or not: a node that lost its counter re-seeded it
-// from its clock, above every earlier token (docs/fencing.md).
+// from the clock (this attempt's or its own), above every earlier token
+// (docs/fencing.md, assumption C).
 func (g grantSet) token() uint64 {
 	var m uint64
 	for _, i := range g.idx {
@@ -783,25 +881,35 @@ func (a *acquisition) writeBack(ctx context.Context, g grantSet, token uint64) (
 		i, ok := need[n]
 		switch {
 		case !ok:
-			return reply{code: codeNotHeld} // not a grant: nothing to write
+			return reply{Code: codeNotHeld} // not a grant: nothing to write
 		case g.t.counters[i] == token:
-			return reply{code: codeApplied} // finishGrants vouches if needed
+			return reply{Code: codeApplied} // finishGrants vouches if needed
 		}
 		return a.followUp(ctx, n, token, true, a.quarantine > 0 && g.t.epochs[i] != epochTrusted)
 	}, nil)
 }
 
 // writeBackError says how a write-back fell short: how many nodes had the
-// token, and what each node written to answered.
+// token (the grants that returned it, and those written to in time), and
+// what each node written to answered. The grants that returned the token
+// are counted from the grants themselves, not from the write-back's vote,
+// which may be decided by failures before their calls are counted.
 func writeBackError(fence *tally, g grantSet, token uint64, quorum int) error {
 	var b strings.Builder
+	on := 0
 	for _, i := range g.idx {
-		if g.t.counters[i] < token {
-			r := fence.results[i]
+		r := fence.results[i]
+		switch {
+		case g.t.counters[i] == token:
+			on++
+		case r.Outcome == OutcomeGranted:
+			on++
+			fallthrough
+		default:
 			fmt.Fprintf(&b, ", %s %s", r.Node, r.Outcome)
 		}
 	}
-	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", fence.granted, quorum, strings.TrimPrefix(b.String(), ","))
+	return fmt.Errorf("fencing write-back: the token is on %d of %d nodes needed (written to%s)", on, quorum, strings.TrimPrefix(b.String(), ","))
 }
 
 // vouchDelay is how long after a successful acquisition finishGrants waits
@@ -841,7 +949,7 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	if len(jobs) == 0 {
 		return
 	}
-	untrack := a.c.track()
+	untrack := a.c.eng.Track()
 	send := func() {
 		defer untrack()
 		if !lifts && a.shared.released.Load() {
@@ -864,18 +972,16 @@ func (a *acquisition) finishGrants(g grantSet, token uint64, written *tally) {
 	time.AfterFunc(vouchDelay, send)
 }
 
-// seedLead is how far below its own clock a client proposes the seed of new
-// fencing counters: half the 50 ms window within which acquireScript takes
-// the proposal, so that nodes whose clocks are within 25 ms of the client's
-// all seed the same value.
-const seedLead = 25 * time.Millisecond
-
 // seedProposal is the seed, in microseconds, this attempt proposes for the
-// counters it creates, and that seed + 1. One proposal for all nodes lets
-// their counters agree on a key's first use, which spares the write-back
-// round trip.
+// counters it creates, and that seed + 1: the client's clock as the attempt
+// begins. One proposal for all nodes lets their counters agree on a key's
+// first use, which spares the write-back round trip; nodes whose clocks are
+// within 25 ms of it take it (acquireScript). It is the clock itself, not a
+// time before it: an attempt that begins after an earlier holder acquired
+// then proposes a seed above that holder's token (docs/fencing.md,
+// assumption C), however soon after it begins.
 func seedProposal(now time.Time) (seed, next string) {
-	s := now.Add(-seedLead).UnixMicro()
+	s := now.UnixMicro()
 	return strconv.FormatInt(s, 10), strconv.FormatInt(s+1, 10)
 }
 

@@ -23,11 +23,12 @@ func Drift(ttl time.Duration, driftFactor float64) time.Duration {
 	return time.Duration(float64(ttl)*driftFactor) + expiryPrecision
 }
 
-// Validity returns how long a lock stays trusted after an acquisition or
+// validityLeft returns how long a lock stays trusted after an acquisition or
 // extension whose first request was sent `elapsed` ago:
-// ttl − elapsed − Drift(ttl, driftFactor). Zero or negative means the lock
-// must not be used: it may already have expired on some node.
-func Validity(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
+// ttl − elapsed − Drift(ttl, driftFactor) (Lock.Validity counts it down).
+// Zero or negative means the lock must not be used: it may already have
+// expired on some node.
+func validityLeft(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
 	return ttl - elapsed - Drift(ttl, driftFactor)
 }
 
@@ -93,7 +94,7 @@ func minTTL(driftFactor float64, nodeTimeout time.Duration) (time.Duration, bool
 // machine (on 2 shared cores a process that is not scheduled for tens of
 // milliseconds is common, and 20 ms reported healthy nodes timed out), since a
 // node that times out only costs a vote, never safety. It counts from when a
-// call has a connection (nodequeue.go), so the client's own queue is not in
+// call has a connection (internal/nodecall: Queue), so the client's own queue is not in
 // it. It does not shrink for short TTLs (a timeout below what a node needs to
 // answer fails every vote): checkTTL rejects a TTL that the timeout would
 // leave without validity, so the shortest TTL with the defaults is 105 ms.

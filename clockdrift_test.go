@@ -49,7 +49,7 @@ func TestValidity(t *testing.T) {
 		{100 * time.Millisecond, 200 * time.Millisecond, 0.01, -103 * time.Millisecond},
 		{time.Second, 0, 0, time.Second - 2*time.Millisecond},
 	} {
-		assert.Equal(t, tc.want, redlock.Validity(tc.ttl, tc.elapsed, tc.factor), "Validity(%v, %v, %g)", tc.ttl, tc.elapsed, tc.factor)
+		assert.Equal(t, tc.want, redlock.ValidityLeft(tc.ttl, tc.elapsed, tc.factor), "Validity(%v, %v, %g)", tc.ttl, tc.elapsed, tc.factor)
 	}
 }
 
@@ -91,7 +91,7 @@ func TestAcquire_ValidityIsTTLMinusElapsedMinusDrift(t *testing.T) {
 				drift := redlock.Drift(ttl10s, tc.factor)
 				assert.Equal(t, ttl10s-drift, l.ValidUntil().Sub(start))
 				assert.Equal(t, ttl10s-tc.wantElapsed-drift, l.Validity())
-				assert.Equal(t, redlock.Validity(ttl10s, elapsed, tc.factor), l.Validity())
+				assert.Equal(t, redlock.ValidityLeft(ttl10s, elapsed, tc.factor), l.Validity())
 				assert.Equal(t, 30*time.Millisecond, l.Nodes()[0].Latency)
 
 				time.Sleep(time.Second)

@@ -8,21 +8,6 @@ import (
 	"time"
 )
 
-// Errors a Lease (and Do) ends with; test them with errors.Is.
-var (
-	// ErrLockLost means a lock kept alive by a Lease (or Do) stopped being
-	// trustworthy while it was held: an extension failed, or the validity
-	// ran out before an extension succeeded. Another client may hold the
-	// lock now. The error wraps the failed extension's *QuorumError, so
-	// errors.Is(err, ErrNotHeld) tells "taken or expired" from
-	// errors.Is(err, ErrNoQuorum), "too few nodes answered".
-	ErrLockLost = errors.New("redlock: lock lost")
-	// ErrHoldLimit means a Lease (or Do) reached the maximum hold time set
-	// with WithMaxHold, so it stopped extending the lock and ended its
-	// context.
-	ErrHoldLimit = errors.New("redlock: maximum hold time reached")
-)
-
 // errReleased is the context cause of a released Lease.
 var errReleased = fmt.Errorf("redlock: lease released: %w", context.Canceled)
 
@@ -44,40 +29,6 @@ func (h holdConfig) intervalFor(ttl time.Duration, driftFactor float64) (time.Du
 		return 0, fmt.Errorf("%w: extension interval %v must be below the lock's validity %v (ttl − drift)", ErrInvalidArgument, iv, v)
 	}
 	return iv, nil
-}
-
-// WithExtendInterval sets how often a Lease (KeepAlive, Do) extends its
-// lock: every d, counted from the start of the previous acquisition or
-// extension. Default: a third of the TTL, so that the lock still has about
-// two thirds of its validity when an extension starts. d must be positive
-// (else ErrInvalidArgument from the option) and below the validity of a fresh
-// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument).
-// Acquire and Extend ignore it.
-func WithExtendInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: extension interval %v must be positive", ErrInvalidArgument, d)
-		}
-		c.hold.interval = d
-		return nil
-	}
-}
-
-// WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
-// after KeepAlive was called, it stops extending and ends its context with a
-// cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
-// TTL unless released first. Do releases the lock at once, at the limit,
-// even if its function ignores its context and keeps running. 0 means no
-// limit (the default); a negative d gives ErrInvalidArgument. Acquire and
-// Extend ignore it.
-func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: maximum hold time %v must not be negative", ErrInvalidArgument, d)
-		}
-		c.hold.maxHold = d
-		return nil
-	}
 }
 
 // Lease keeps an acquired lock alive: it extends the lock in the background
@@ -140,19 +91,16 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
 		close(s.done)
 		return s, nil
 	}
-	if err := checkTTL(l.ttl, cfg.driftFactor, cfg.timeoutFor(l.ttl)); err != nil {
-		return nil, err
-	}
 	// Every extension would refuse a retention shorter than the TTL (or
 	// than the quarantine): say so now, not as a lost lock later.
-	if err := cfg.checkRetention(l.ttl); err != nil {
+	if err := cfg.checkLock(l.ttl); err != nil {
 		return nil, err
 	}
 	interval, err := cfg.hold.intervalFor(l.ttl, cfg.driftFactor)
 	if err != nil {
 		return nil, err
 	}
-	if l.client.closed.Load() {
+	if l.client.eng.Closed() {
 		return nil, ErrClosed
 	}
 	if !l.state.setLease(s) {
@@ -353,6 +301,12 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
+	return c.runLeased(ctx, lock, fn, opts)
+}
+
+// runLeased is Do after the acquisition (Semaphore.Do shares it): it keeps
+// lock alive while fn runs, and releases it.
+func (c *Client) runLeased(ctx context.Context, lock *Lock, fn func(ctx context.Context, lease *Lease) error, opts []Option) error {
 	lease, err := lock.KeepAlive(ctx, opts...)
 	if err != nil {
 		_ = lock.Release(context.WithoutCancel(ctx))

@@ -17,11 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNoLeader means that a majority of the nodes answered Leader and no
-// leader holds the election on a majority of them: none was elected, or the
-// last one resigned or its TTL ran out (a hand-off may be under way).
-var ErrNoLeader = errors.New("redlock: no leader")
-
 // identitySep separates a leader's identity from the random part of its
 // owner value: "<identity>#<RandomOwner()>". The identity is everything
 // before the last "#", so it may contain "#" itself.
@@ -199,7 +194,7 @@ func (c *Client) electionConfig(ctx context.Context, name string, identity *stri
 	if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
 		return cfg, "", err
 	}
-	if c.closed.Load() {
+	if c.eng.Closed() {
 		return cfg, "", ErrClosed
 	}
 	return cfg, key, nil
@@ -246,7 +241,7 @@ type publisher interface {
 // the nodes. The messages are sent in the background, each within timeout;
 // Close waits for them.
 func (c *Client) announce(ctx context.Context, onNodes, msg string, timeout time.Duration) {
-	done, open := c.begin(timeout)
+	done, open := c.eng.Begin(timeout)
 	if !open {
 		done()
 		return
@@ -255,7 +250,7 @@ func (c *Client) announce(ctx context.Context, onNodes, msg string, timeout time
 	bg := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		p, ok := n.client.(publisher)
+		p, ok := n.Client.(publisher)
 		if !ok || isNil(p) {
 			continue
 		}
@@ -283,7 +278,7 @@ func (c *Client) deleteEverywhere(ctx context.Context, key string, timeout time.
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 			defer cancel()
-			_ = blindDeleteScript.Run(cctx, n.client, []string{key}).Err()
+			_ = blindDeleteScript.Run(cctx, n.Client, []string{key}).Err()
 		})
 	}
 	wg.Wait()
@@ -325,7 +320,7 @@ func (c *Client) leaderKey(name string, opts []Option) (string, config, error) {
 	if err := checkKeyName(onNodes); err != nil {
 		return "", cfg, err
 	}
-	if c.closed.Load() {
+	if c.eng.Closed() {
 		return "", cfg, ErrClosed
 	}
 	return onNodes, cfg, nil
@@ -338,7 +333,7 @@ func (c *Client) readLeader(ctx context.Context, onNodes string, cfg config) (Le
 	if timeout <= 0 {
 		timeout = inspectTimeout
 	}
-	done, open := c.begin(timeout)
+	done, open := c.eng.Begin(timeout)
 	defer done()
 	if !open {
 		return Leader{}, ErrClosed

@@ -60,7 +60,7 @@ func (w *leaderWatch) run(ctx context.Context) {
 	var subs []*redis.PubSub
 	ch := leaderChannelPrefix + w.onNodes
 	for _, n := range w.c.nodes {
-		s, ok := n.client.(subscriber)
+		s, ok := n.Client.(subscriber)
 		if !ok || isNil(s) {
 			continue
 		}

@@ -152,3 +152,34 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	return []error{e.Err, e.Cause}
 }
+
+// Errors a Lease (and Do) ends with; test them with errors.Is.
+var (
+	// ErrLockLost means a lock kept alive by a Lease (or Do) stopped being
+	// trustworthy while it was held: an extension failed, or the validity
+	// ran out before an extension succeeded. Another client may hold the
+	// lock now. The error wraps the failed extension's *QuorumError, so
+	// errors.Is(err, ErrNotHeld) tells "taken or expired" from
+	// errors.Is(err, ErrNoQuorum), "too few nodes answered".
+	ErrLockLost = errors.New("redlock: lock lost")
+	// ErrHoldLimit means a Lease (or Do) reached the maximum hold time set
+	// with WithMaxHold, so it stopped extending the lock and ended its
+	// context.
+	ErrHoldLimit = errors.New("redlock: maximum hold time reached")
+)
+
+// ErrNoLeader means that a majority of the nodes answered Leader and no
+// leader holds the election on a majority of them: none was elected, or the
+// last one resigned or its TTL ran out (a hand-off may be under way).
+var ErrNoLeader = errors.New("redlock: no leader")
+
+// joinCause returns a and b as one cause ("a; b"); nil ones are left out.
+func joinCause(a, b error) error {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return fmt.Errorf("%w; %w", a, b)
+}

@@ -9,21 +9,18 @@ import (
 
 // ScriptHashes names each Lua script's SHA1, so that tests outside the
 // package can delay or fail one script on a node.
-var ScriptHashes = map[string]string{
-	"acquire":      acquireScript.Hash(),
-	"fence":        fenceScript.Hash(),
-	"extend":       extendScript.Hash(),
-	"reput":        reputScript.Hash(),
-	"release":      releaseScript.Hash(),
-	"abandon":      abandonScript.Hash(),
-	"releaseVouch": releaseVouchScript.Hash(),
-	"hold":         holdScript.Hash(),
-}
+var ScriptHashes = func() map[string]string {
+	m := make(map[string]string, len(scripts))
+	for _, s := range scripts {
+		m[s.name] = s.Hash()
+	}
+	return m
+}()
 
 // LoadScripts loads every Lua script into a node's script cache, so that
 // later calls are one EVALSHA each (no NOSCRIPT round trip).
 func LoadScripts(ctx context.Context, rc redis.Scripter) error {
-	for _, s := range []*redis.Script{acquireScript, fenceScript, extendScript, reputScript, releaseScript, abandonScript, releaseVouchScript, holdScript, inspectScript} {
+	for _, s := range scripts {
 		if err := s.Load(ctx, rc).Err(); err != nil {
 			return err
 		}
@@ -64,6 +61,9 @@ func NotifyState(c *Client) (waiters, subscribed int) {
 func DialWith(urls []string, adjust func(i int, o *redis.Options), opts ...Option) (*Client, error) {
 	return dial(urls, adjust, opts)
 }
+
+// ValidityLeft is the validity an acquisition leaves (validityLeft).
+var ValidityLeft = validityLeft
 
 // VouchDelay is how long after a successful acquisition the vouching of
 // untrusted grants that need no token written back waits (finishGrants).

@@ -505,9 +505,9 @@ func isScript(name, cmd string, args []string) bool {
 // firstToken is the fencing token of the first holder of a fresh key whose
 // acquisition started at start, on nodes whose clocks agree with the
 // client's: the counters are seeded with the client's proposal, its clock in
-// microseconds 25 ms back, and incremented once.
+// microseconds, and incremented once.
 func firstToken(start time.Time) uint64 {
-	return uint64(start.Add(-25*time.Millisecond).UnixMicro()) + 1
+	return uint64(start.UnixMicro()) + 1
 }
 
 // requireDecidedBy requires a Release's node results to show at least
@@ -554,4 +554,51 @@ func (c *cluster) tryAcquire(t testing.TB, ctx context.Context, key string, ttl 
 	l, err := c.rl.TryAcquire(ctx, key, ttl, opts...)
 	require.NoError(t, err)
 	return l
+}
+
+// lateCluster is 3 test nodes and a Client over them made by New, or by
+// Dial over the nodes' own connections (DelayReplies works on both), with
+// scripts loaded and each node's connection pool warmed by one lock.
+func lateCluster(t *testing.T, dial bool, opts ...redlock.Option) ([]*testNode, *redlock.Client) {
+	t.Helper()
+	if !dial {
+		c := newWarmCluster(t, 3, opts...)
+		return c.nodes, c.rl
+	}
+	nodes := make([]*testNode, 3)
+	urls := make([]string, 3)
+	for i := range nodes {
+		nodes[i] = newTestNode(t, i)
+		urls[i] = "redis://" + nodes[i].addr
+		require.NoError(t, redlock.LoadScripts(context.Background(), nodes[i].rc))
+	}
+	rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+		o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
+	}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rl.Close()) })
+	l, err := rl.TryAcquire(context.Background(), "warm-up", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	synctest.Wait()
+	return nodes, rl
+}
+
+// slowCommands makes node n run every command a client sends it (a new
+// connection's handshake included, not the commands of its scripts) d late.
+func slowCommands(n *testNode, d time.Duration) {
+	n.SlowIf(d, func(cmd string, _ []string) bool { return cmd == "EVALSHA" || cmd == "EVAL" || cmd == "HELLO" })
+}
+
+// newClientOver is another process's Client (New) over the nodes' clients.
+func newClientOver(t *testing.T, nodes []*testNode) *redlock.Client {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(nodes))
+	for i, nd := range nodes {
+		clients[i] = nd.rc
+	}
+	rl, err := redlock.New(clients)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rl.Close()) })
+	return rl
 }

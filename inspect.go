@@ -60,7 +60,7 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.closed.Load() {
+	if c.eng.Closed() {
 		return nil, ErrClosed
 	}
 	keys := []string{name, fenceKey(name), epochKey(name)}
@@ -70,8 +70,8 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 	}
 	states := make([]NodeState, len(c.nodes))
 	var wg sync.WaitGroup
-	c.noteTimeout(timeout)
-	defer c.track()()
+	c.eng.NoteTimeout(timeout)
+	defer c.eng.Track()()
 	for i, n := range c.nodes {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -84,8 +84,8 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 }
 
 func inspectNode(ctx context.Context, n *node, keys []string) NodeState {
-	st := NodeState{Node: n.name}
-	res, err := inspectScript.Run(ctx, n.client, keys).Slice()
+	st := NodeState{Node: n.Name}
+	res, err := inspectScript.Run(ctx, n.Client, keys).Slice()
 	if err == nil && len(res) != 6 {
 		err = fmt.Errorf("redlock: unexpected inspect reply %v", res)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 func TestDefaultNodeTimeout(t *testing.T) {
@@ -79,17 +81,19 @@ func TestClassify(t *testing.T) {
 		r    reply
 		want Outcome
 	}{
-		{"applied", reply{code: codeApplied}, OutcomeGranted},
-		{"taken", reply{code: codeTaken}, OutcomeTaken},
-		{"not held", reply{code: codeNotHeld}, OutcomeNotHeld},
-		{"canceled", reply{err: context.Canceled}, OutcomeCanceled},
-		{"deadline", reply{err: context.DeadlineExceeded}, OutcomeTimedOut},
-		{"net timeout", reply{err: &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}}, OutcomeTimedOut},
-		{"refused", reply{err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, OutcomeUnreachable},
-		{"eof", reply{err: io.EOF}, OutcomeUnreachable},
-		{"client closed", reply{err: redis.ErrClosed}, OutcomeUnreachable},
-		{"redis error reply", reply{err: redisErr("NOSCRIPT No matching script")}, OutcomeError},
-		{"wrapped redis error reply", reply{err: errors.Join(errors.New("x"), redisErr("OOM"))}, OutcomeError},
+		{"applied", reply{Code: codeApplied}, OutcomeGranted},
+		{"taken", reply{Code: codeTaken}, OutcomeTaken},
+		{"not held", reply{Code: codeNotHeld}, OutcomeNotHeld},
+		{"handed off", reply{Code: codeHandedOff}, OutcomeGranted},
+		{"quarantined", reply{Code: codeQuarantined}, OutcomeQuarantined},
+		{"canceled", reply{Err: context.Canceled}, OutcomeCanceled},
+		{"deadline", reply{Err: context.DeadlineExceeded}, OutcomeTimedOut},
+		{"net timeout", reply{Err: &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}}, OutcomeTimedOut},
+		{"refused", reply{Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, OutcomeUnreachable},
+		{"eof", reply{Err: io.EOF}, OutcomeUnreachable},
+		{"client closed", reply{Err: redis.ErrClosed}, OutcomeUnreachable},
+		{"redis error reply", reply{Err: redisErr("NOSCRIPT No matching script")}, OutcomeError},
+		{"wrapped redis error reply", reply{Err: errors.Join(errors.New("x"), redisErr("OOM"))}, OutcomeError},
 	} {
 		assert.Equal(t, tc.want, classify(tc.r), tc.name)
 	}
@@ -151,20 +155,17 @@ func TestWantsEvent(t *testing.T) {
 // failed about once in a hundred runs on this.) Each round is a coin toss
 // for the select, so fifty rounds miss the fault with odds of 2^-50.
 func TestVote_FinishedCallsDecideItNotTheClock(t *testing.T) {
-	c := &Client{quorum: 2}
-	c.done = c.untrack
-	for i, name := range []string{"a", "b", "c"} {
-		c.nodes = append(c.nodes, &node{idx: i, name: name})
-	}
+	c := voteClient("a", "b", "c")
 	for range 50 {
-		b := c.startVote(context.Background(), time.Minute, c.quorum, false, func(_ context.Context, n *node) reply {
-			if n.idx == 2 {
-				return reply{err: errShed, shed: true}
+		b := c.startVote(context.Background(), decideAtQuorum, c.quorum, nodecall.Vote{Timeout: time.Minute, Op: func(_ context.Context, n *node) reply {
+			if n.Idx == 2 {
+				return reply{Err: errShed, Shed: true}
 			}
-			return reply{code: codeApplied}
-		}, nil, false, time.Time{})
-		<-b.done // every call has finished and queued its reply
-		tl, _ := b.count(context.Background())
+			return reply{Code: codeApplied}
+		}})
+		<-b.Done() // every call has finished and queued its reply
+		b.Count(context.Background())
+		tl := &b.tally
 		assert.Equal(t, 2, tl.granted)
 		var got []Outcome
 		for _, r := range tl.results {
@@ -182,21 +183,17 @@ func TestVote_FinishedCallsDecideItNotTheClock(t *testing.T) {
 // client's own backlog) stays pending: it is no fault of the node's.
 func TestVote_TimeoutLeavesShedCallsPending(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := &Client{quorum: 2}
-		c.done = c.untrack
-		for i, name := range []string{"a", "b", "c"} {
-			c.nodes = append(c.nodes, &node{idx: i, name: name})
-		}
+		c := voteClient("a", "b", "c")
 		start := time.Now()
 		tl, done := c.voteQuorum(context.Background(), 100*time.Millisecond, func(ctx context.Context, n *node) reply {
-			switch n.idx {
+			switch n.Idx {
 			case 0:
-				return reply{code: codeApplied}
+				return reply{Code: codeApplied}
 			case 1:
 				<-ctx.Done() // no answer within the per-node timeout
-				return reply{err: ctx.Err()}
+				return reply{Err: ctx.Err()}
 			default:
-				return reply{err: errShed, shed: true}
+				return reply{Err: errShed, Shed: true}
 			}
 		}, nil)
 		<-done
@@ -208,4 +205,16 @@ func TestVote_TimeoutLeavesShedCallsPending(t *testing.T) {
 		assert.Equal(t, []Outcome{OutcomeGranted, OutcomeTimedOut, OutcomePending}, got)
 		assert.NoError(t, tl.results[2].Err)
 	})
+}
+
+// voteClient is a Client over nodes named names that no call reaches: the
+// tests' node calls answer themselves.
+func voteClient(names ...string) *Client {
+	c := &Client{quorum: len(names)/2 + 1}
+	for i, name := range names {
+		c.nodes = append(c.nodes, &node{Idx: i, Name: name})
+	}
+	c.eng.Nodes, c.eng.Quorum = c.nodes, c.quorum
+	c.eng.Init()
+	return c
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
 // Lock is an acquired lock: an immutable handle, safe to share between
@@ -24,7 +26,7 @@ type Lock struct {
 	keys   []string
 	owner  string
 	// keyArgs and ownerArg are keys and owner as the acquisition boxed them
-	// for its script call, for the calls on this lock (newScriptCallBoxed).
+	// for its script call, for the calls on this lock (nodecall.NewScriptCallBoxed).
 	keyArgs    []any
 	ownerArg   any
 	token      uint64
@@ -43,6 +45,10 @@ type Lock struct {
 	// a trusted epoch, so vouching writes may still be on their way: Release
 	// repeats them where it deletes our key, in case it overtakes one.
 	vouch bool
+	// multi is set for a multi-key lock (multilock.go): keys then holds
+	// each key's lock key, counter and epoch in turn, and Release and
+	// Extend send the multi-key scripts.
+	multi *multiKeys
 	// state is shared by every handle of this lock: those Extend derives,
 	// the copies KeepAlive makes, and nested (reentrant) handles; and by
 	// the acquisition's late replies.
@@ -123,7 +129,7 @@ func newLockState(n int) *lockState {
 }
 
 // acquireCalls follows an acquisition's call to each node: running, counted
-// as a straggler (still running when the vote was decided: node.late), or
+// as a straggler (still running when the vote was decided: nodecall.Node.AddLate), or
 // returned (sent or not). One atomic per node, and one channel only while
 // someone waits for a call to return, rather than a channel per node.
 type acquireCalls struct {
@@ -165,6 +171,10 @@ func (ac *acquireCalls) markReturned(i int, sent bool) (wasLate bool) {
 	ac.wakeWaiters()
 	return wasLate
 }
+
+// rearm records that node i gets another acquire call of the same attempt
+// (acquisition.reask), after its first one returned.
+func (ac *acquireCalls) rearm(i int) { ac.state[i].Store(callRunning) }
 
 // wakeWaiters wakes those waiting for a call to return (wait).
 func (ac *acquireCalls) wakeWaiters() {
@@ -367,20 +377,25 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return nil, newQuorumError(OpRelease, l.key, c.quorum, nil, ErrNotHeld, errAlreadyReleased)
 	}
 	timeout := l.cfg.timeoutFor(l.ttl)
-	done, open := c.begin(timeout) // Close waits for the release from here
+	done, open := c.eng.Begin(timeout) // Close waits for the release from here
 	defer done()
 	if !open {
 		return nil, ErrClosed
 	}
 	l.state.released.Store(true)
 	call := l.holdCall(time.Now()) // nil once the minimum hold has passed
-	if call == nil && l.vouch {
-		call = newScriptCallBoxed(releaseVouchScript, l.keys, l.keyArgs, l.ownerArg, strconv.FormatUint(l.token, 10))
+	// This Client's waiters of the key that left and may still be
+	// subscribed: the release tells the next waiter instead (luaWakeNext).
+	skip := c.notify.leftChannels(l.keys[0])
+	if l.multi != nil {
+		call = l.multiReleaseCall()
+	} else if call == nil && l.vouch {
+		call = releaseCall(releaseVouchScript, l.keys, l.keyArgs, skip, l.ownerArg, strconv.FormatUint(l.token, 10))
 	} else if call == nil {
-		call = newScriptCallBoxed(releaseScript, l.keys[:1], l.keyArgs[:1], l.ownerArg)
+		call = releaseCall(releaseScript, l.keys[:1], l.keyArgs[:1], skip, l.ownerArg)
 	}
-	call.forNodes(len(c.nodes))
-	// A delete may wait for its node's turn (nodequeue.go) until the keys
+	call.ForNodes(len(c.nodes))
+	// A delete may wait for its node's turn (internal/nodecall: Queue) until the keys
 	// would be gone anyway; its per-node timeout counts from its turn, so a
 	// busy client does not report healthy nodes as timed out.
 	keysEnd := l.state.keysGoneBy(timeout)
@@ -389,11 +404,11 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	// "not held" answers decide (releaseCount), until the last delete's
 	// deadline.
 	lastAnswer := time.Now().Add(timeout)
-	if c.queued {
+	if c.eng.Queued {
 		lastAnswer = keysEnd.Add(timeout)
 	}
-	t, late := c.voteQuorumKeep(c.withQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
-		return l.deleteOn(ctx, n, call, keysEnd, timeout)
+	t, late := c.voteQuorumKeep(c.eng.WithQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
+		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
 		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
@@ -402,44 +417,60 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	return t, nil
 }
 
-// deleteOn sends node n the release's delete, once n's own acquire call
+// releaseCall is a release script's call with args, then the channels of
+// skip (leftChannels) as further arguments.
+func releaseCall(s *nodecall.Script, keys []string, keyArgs []any, skip []any, args ...any) *nodecall.ScriptCall {
+	if len(skip) > 0 {
+		args = append(args[:len(args):len(args)], skip...)
+	}
+	return nodecall.NewScriptCallBoxed(s, keys, keyArgs, args...)
+}
+
+// deleteOn sends node n the release's delete, with skip the channels the
+// release passes over (releaseCall), once n's own acquire call
 // has returned: a delete never overtakes its SET, since go-redis's
 // connection pool does not keep the order of commands to one node
 // (docs/performance.md). The delete may wait for the node's turn until
-// keysEnd, when the key would expire anyway (cleanupContext); the vote does
+// keysEnd, when the key would expire anyway (nodecall.Engine.CleanupContext); the vote does
 // not wait that long.
-func (l *Lock) deleteOn(ctx context.Context, n *node, call *scriptCall, keysEnd time.Time, timeout time.Duration) reply {
+func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
 	if st := l.state; st.calls.state != nil {
-		done, unsent := st.calls.returned(n.idx)
+		done, unsent := st.calls.returned(n.Idx)
 		if !done {
 			// A straggler of the acquisition, or an extension putting the
 			// key back here: the delete waits for that call to return, in
 			// the background once the vote is decided, and then
 			// gets a per-node timeout of its own. This call stays part of
 			// the vote, so Close waits for it.
-			if st.calls.wait(n.idx) {
-				return reply{err: errShed} // nothing to delete
+			if st.calls.wait(n.Idx) {
+				return reply{Err: errShed} // nothing to delete
 			}
-			c.enter(n, false)
-			defer n.exit()
-			n.late.Add(1) // it follows a straggler
-			defer n.late.Add(-1)
-			dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+			n.Enter()
+			defer n.Exit()
+			n.AddLate(1) // it follows a straggler
+			defer n.AddLate(-1)
+			// Like the acquire call it follows, it waits for its reply
+			// until the key would be gone anyway: on a node slower than
+			// the per-node timeout, a delete given up at the timeout (or
+			// its new connection's handshake) would leave the late grant.
+			dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
 			defer cancel()
-			code, err := call.run(dctx, n).Int64()
-			return reply{code: c.notify.released(l.keys[0], code), err: err}
+			code, err := call.Run(dctx, n).Int64()
+			c.notify.released(l.keys[0], code, skip)
+			return reply{Code: code, Err: err}
 		}
 		if unsent {
-			return reply{err: errShed} // nothing to delete
+			return reply{Err: errShed} // nothing to delete
 		}
 	}
-	c.enter(n, false)
-	defer n.exit()
-	dctx, cancel := c.cleanupContext(ctx, keysEnd, timeout)
+	n.Enter()
+	defer n.Exit()
+	dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, timeout)
 	defer cancel()
-	code, err := call.run(dctx, n).Int64()
-	return reply{code: c.notify.released(l.keys[0], code), err: err}
+	code, err := call.Run(dctx, n).Int64()
+	c.notify.released(l.keys[0], code, skip)
+	return reply{Code: code, Err: err}
 }
 
 // countLate counts into the release vote t the replies that arrive after it
@@ -455,8 +486,8 @@ func countLate(t *tally, quorum int, late <-chan reply, lastAnswer time.Time) re
 	for !rc.decided() {
 		select {
 		case r := <-late:
-			res := &t.results[r.idx]
-			res.Outcome, res.Err, res.Latency = classify(r), r.err, r.latency
+			res := &t.results[r.Idx]
+			res.Outcome, res.Err, res.Latency = classify(r), r.Err, r.Latency
 			rc.pending--
 			rc.add(res.Outcome)
 			if res.Outcome == OutcomeGranted {
@@ -561,13 +592,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, error) {
 	c := l.client
 	timeout := l.cfg.timeoutFor(ttl)
-	if err := checkTTL(ttl, l.cfg.driftFactor, timeout); err != nil {
+	if err := l.cfg.checkLock(ttl); err != nil {
 		return nil, nil, err
 	}
-	if err := l.cfg.checkRetention(ttl); err != nil {
-		return nil, nil, err
-	}
-	done, open := c.begin(timeout) // Close waits for the extension from here
+	done, open := c.eng.Begin(timeout) // Close waits for the extension from here
 	defer done()
 	if !open {
 		return nil, nil, ErrClosed
@@ -583,10 +611,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	// Recorded before the vote: a failed extension may still have applied
 	// this TTL on some nodes, and Release must wait for those keys too.
 	l.state.noteTTL(ttl)
-	call := newScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.arg(ttl), c.retentionArg.arg(l.cfg.retention))
+	call := nodecall.NewScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.Arg(ttl), c.retentionArg.Arg(l.cfg.retention))
+	if l.multi != nil {
+		call = l.multiExtendCall(ttl)
+	}
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
-		code, err := call.run(ctx, n).Int64()
-		return reply{code: code, err: err}
+		code, err := call.Run(ctx, n).Int64()
+		return reply{Code: code, Err: err}
 	}, nil)
 	// The stragglers end in the background (done); the Client tracks them.
 	now := time.Now()
@@ -603,7 +634,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		}
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
 	}
-	if Validity(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
+	if validityLeft(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
 		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)
 		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, ErrNotHeld, cause)
 	}
@@ -634,6 +665,9 @@ var errLockEnded = errors.New("the lock was released or declared lost")
 // nodes put back are reported as granted in t.
 func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
 	c := l.client
+	if l.multi != nil {
+		return // a multi-key lock is not put back (MultiLock.Extend)
+	}
 	gone := make(map[*node]bool)
 	for i, r := range t.results {
 		if r.Outcome == OutcomeNotHeld {
@@ -650,17 +684,17 @@ func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeou
 	}
 	put, done := c.voteAll(ctx, timeout, func(ctx context.Context, n *node) reply {
 		if !gone[n] {
-			return reply{code: codeNotHeld}
+			return reply{Code: codeNotHeld}
 		}
 		// Release must delete here, whatever the acquire call did, and
 		// only once this call has returned; after Release began, nothing
 		// is put back.
-		if !l.state.beginPut(n.idx) {
-			return reply{code: codeNotHeld}
+		if !l.state.beginPut(n.Idx) {
+			return reply{Code: codeNotHeld}
 		}
-		defer l.state.endPut(n.idx)
-		code, err := reputScript.Run(ctx, n.client, l.keys, args...).Int64()
-		return reply{code: code, err: err}
+		defer l.state.endPut(n.Idx)
+		code, err := reputScript.Run(ctx, n.Client, l.keys, args...).Int64()
+		return reply{Code: code, Err: err}
 	})
 	<-done
 	for i, r := range put.results {

@@ -36,7 +36,7 @@ func TestExtend_RefusesAReleasedLockWithoutARoundTrip(t *testing.T) {
 						if isScript("extend", cmd, args) {
 							extends.Add(1)
 						}
-						return failed && (isScript("release", cmd, args) || isScript("releaseVouch", cmd, args))
+						return failed && (isScript("release", cmd, args) || isScript("release-vouch", cmd, args))
 					})
 				}
 				err := l.Release(ctx)

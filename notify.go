@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,11 +73,6 @@ func newTicket() string {
 	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
 }
 
-// codeHandedOff is the release scripts' reply where they deleted the key
-// and told a waiter of it: codeApplied for the vote, and a hand-off for the
-// releasing Client (notifier.released).
-const codeHandedOff = 2
-
 // handoffWindow is how long after one of its Release calls woke a waiter of
 // a key a Client's next Acquire of that key waits its turn behind the
 // waiters instead of trying at once (notifier.yielding).
@@ -133,8 +129,10 @@ const subscribeTimeout = 5 * time.Second
 type notifier struct {
 	c *Client
 	// handoffs counts the entries of handedOff, so that Acquire skips the
-	// lock when nobody waited (the uncontended path).
+	// lock when nobody waited (the uncontended path); lefts those of left,
+	// so that Release does (leftChannels).
 	handoffs atomic.Int32
+	lefts    atomic.Int32
 
 	mu        sync.Mutex
 	closed    bool
@@ -285,6 +283,7 @@ func (n *notifier) unlist(w *lockWaiter) {
 			}
 		}
 		n.left[w.ch] = &leftWaiter{name: w.name, nodes: k, at: now}
+		n.lefts.Store(int32(len(n.left)))
 	}
 	n.kickAll()
 }
@@ -313,7 +312,7 @@ func (n *notifier) start() {
 	n.subs = make([]*nodeSub, len(n.c.nodes))
 	some := false
 	for i, nd := range n.c.nodes {
-		s, ok := nd.client.(subscriber)
+		s, ok := nd.Client.(subscriber)
 		if !ok || isNil(s) {
 			continue
 		}
@@ -534,19 +533,46 @@ func (n *notifier) unsubscribed(ch string) {
 }
 
 // mayTellLeft reports whether a release of lock key name may have told a
-// waiter of this Client that has left (see leftWaiter), and forgets those
-// that no release can tell any more. n.mu is held.
-func (n *notifier) mayTellLeft(name string) bool {
+// waiter of this Client that has left (see leftWaiter), other than those
+// whose channels the release named to be skipped (leftChannels), and
+// forgets those that no release can tell any more. n.mu is held.
+func (n *notifier) mayTellLeft(name string, skipped []any) bool {
 	now, may := time.Now(), false
 	for ch, l := range n.left {
 		switch {
 		case l.over(now):
 			delete(n.left, ch)
-		case l.name == name:
+		case l.name == name && !slices.Contains(skipped, any(ch)):
 			may = true
 		}
 	}
+	n.lefts.Store(int32(len(n.left)))
 	return may
+}
+
+// leftChannels returns the channels of this Client's waiters of lock key
+// name that have left and may still be subscribed (leftWaiter), for a
+// Release of the key to pass to the release script, which then tells the
+// next waiter instead (luaWakeNext): a waiter that just took the key, held
+// it briefly and released it is usually still subscribed somewhere, and
+// still the longest waiter there. Without the skip, its own release told
+// it, a hand-off to nobody, and its next Acquire could not tell that
+// apart from a real one; it no longer yielded, and raced the waiter its
+// release should have woken. nil (almost always): none.
+func (n *notifier) leftChannels(name string) []any {
+	if n.lefts.Load() == 0 {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	var chs []any
+	for ch, l := range n.left {
+		if l.name == name && !l.over(now) {
+			chs = append(chs, ch)
+		}
+	}
+	return chs
 }
 
 // confirmed records that node i confirmed a waiter's subscription (its
@@ -665,22 +691,22 @@ func (w *lockWaiter) leave() {
 	w.n.mu.Unlock()
 }
 
-// released turns a release script's reply code from node calls into the
-// vote's: codeHandedOff (the node told a waiter of lock key name) is
-// codeApplied, and is recorded so that this Client's next Acquire of the
-// key waits its turn (yielding). Not while a waiter of this Client for the
-// key that has left may still be subscribed (mayTellLeft): the message
-// may have gone to it, which wants the key no more, and the next Acquire
-// would wait for nobody.
-func (n *notifier) released(name string, code int64) int64 {
+// released records a release script's reply code from a node call:
+// codeHandedOff (the node told a waiter of lock key name) is recorded so
+// that this Client's next Acquire of the key waits its turn (yielding). Not
+// while a waiter of this Client for the key that has left, and that the
+// release did not skip (skipped, from leftChannels), may still be
+// subscribed (mayTellLeft): the message may have gone to it, which wants
+// the key no more, and the next Acquire would wait for nobody.
+func (n *notifier) released(name string, code int64, skipped []any) {
 	if code != codeHandedOff {
-		return code
+		return
 	}
 	now := time.Now()
 	n.mu.Lock()
-	if n.mayTellLeft(name) {
+	if n.mayTellLeft(name, skipped) {
 		n.mu.Unlock()
-		return codeApplied
+		return
 	}
 	if n.handedOff == nil {
 		n.handedOff = make(map[string]time.Time)
@@ -695,7 +721,6 @@ func (n *notifier) released(name string, code int64) int64 {
 	n.handedOff[name] = now
 	n.handoffs.Store(int32(len(n.handedOff)))
 	n.mu.Unlock()
-	return codeApplied
 }
 
 // yielding reports whether a Release of this Client woke a waiter of lock

@@ -107,21 +107,6 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// WithObserver sets an Observer that receives an Event for every acquisition
-// attempt, extension, release and lost lock: a hook for metrics such as
-// attempt latency, votes, validity margin and lost locks. Default: none. It
-// must not be nil, nor hold a nil function or pointer (ObserverFunc(nil)):
-// ErrInvalidArgument.
-func WithObserver(o Observer) Option {
-	return func(c *config) error {
-		if isNil(o) {
-			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
-		}
-		c.observer = o
-		return nil
-	}
-}
-
 // eventLevel is the level an Event is logged at: see observe.
 func eventLevel(op Op, ok bool) slog.Level {
 	switch {

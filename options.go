@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // Option configures a Client (New, Dial) or one call (Acquire, TryAcquire).
@@ -46,7 +44,7 @@ type config struct {
 	observer    Observer   // nil: none (observe.go)
 	hold        holdConfig // KeepAlive and Do (do.go)
 
-	mutant *mutation.Knobs // chaos mutant hook: nil except in the chaos harness's mutants
+	mutant mutantKnobs // chaos mutant hook: none but in the harness's mutants (mutants_on.go)
 }
 
 func defaultConfig() config {
@@ -60,6 +58,17 @@ func defaultConfig() config {
 		retention:   DefaultRetention,
 		logger:      slog.New(slog.DiscardHandler),
 	}
+}
+
+// checkLock reports an error when a lock of ttl cannot be taken or kept
+// with these options: the TTL leaves no validity after one per-node timeout
+// and the drift (checkTTL), or the retention is shorter than it or than the
+// quarantine (checkRetention).
+func (c config) checkLock(ttl time.Duration) error {
+	if err := checkTTL(ttl, c.driftFactor, c.timeoutFor(ttl)); err != nil {
+		return err
+	}
+	return c.checkRetention(ttl)
 }
 
 // checkRetention reports an error when the retention is shorter than the
@@ -285,4 +294,78 @@ func RandomOwner() (string, error) {
 		return "", fmt.Errorf("redlock: owner value: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// WithExtendInterval sets how often a Lease (KeepAlive, Do) extends its
+// lock: every d, counted from the start of the previous acquisition or
+// extension. Default: a third of the TTL, so that the lock still has about
+// two thirds of its validity when an extension starts. d must be positive
+// (else ErrInvalidArgument from the option) and below the validity of a fresh
+// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument).
+// Acquire and Extend ignore it.
+func WithExtendInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: extension interval %v must be positive", ErrInvalidArgument, d)
+		}
+		c.hold.interval = d
+		return nil
+	}
+}
+
+// WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
+// after KeepAlive was called, it stops extending and ends its context with a
+// cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
+// TTL unless released first. Do releases the lock at once, at the limit,
+// even if its function ignores its context and keeps running. 0 means no
+// limit (the default); a negative d gives ErrInvalidArgument. Acquire and
+// Extend ignore it.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: maximum hold time %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.hold.maxHold = d
+		return nil
+	}
+}
+
+// WithObserver sets an Observer that receives an Event for every acquisition
+// attempt, extension, release and lost lock: a hook for metrics such as
+// attempt latency, votes, validity margin and lost locks. Default: none. It
+// must not be nil, nor hold a nil function or pointer (ObserverFunc(nil)):
+// ErrInvalidArgument.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if isNil(o) {
+			return fmt.Errorf("%w: nil observer", ErrInvalidArgument)
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// WithMinHold makes Release leave the lock taken until d after it was
+// acquired (AcquiredAt of the acquisition, not of an extension), even when
+// the work ended sooner, but never past the released handle's ValidUntil (a
+// Lease's latest). Until then Release shortens the keys, where they still
+// hold this lock's owner value, to expire at that time (never lengthening
+// them) instead of deleting them, with a delete's results and waiting; the
+// lock's Validity ends at once. Waiters find the lock free at their next
+// retry (no release message). For Acquire, TryAcquire and Do.
+//
+// Hosts that run one schedule and take the lock per tick then run a short
+// job once per tick: a host whose tick fires up to d after the first one's
+// finds the lock taken. The skew tolerated is the smaller of d and the
+// period minus d. 0, the default, is no hold. A negative d, or one longer
+// than the TTL (from Acquire, TryAcquire, Do, CheckTTL), gives
+// ErrInvalidArgument.
+func WithMinHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: minimum hold %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.minHold = d
+		return nil
+	}
 }

@@ -54,7 +54,7 @@ import (
 // go-redis's default or 1 or 2 connections) and whether its clients are
 // made by New over node clients they share or (REDLOCK_PROPS_DIAL=1, see
 // runSchedule) by Dial, with its per-node queues. With a small pool, a node that lags behind (a late or dropped
-// reply) has later acquisitions shed (Client.enter) or dropped from its
+// reply) has later acquisitions shed (nodecall.Engine.EnterAcquire) or dropped from its
 // queue while they wait for a connection, and an extension can then put
 // the key back on such a node: "nothing left after Close" covers those
 // nodes too. A call the client did not send is its own limit, not a node
@@ -210,9 +210,9 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 	m := &model{t: t, n: n, guard: guard, tokens: map[string]uint64{}, stats: stats}
 	// The node clients' connection pools: go-redis's default (never full
 	// here) or, for some nodes, 1 or 2 connections, so that a node that
-	// lags behind sheds acquisitions (Client.enter); and the clients made
+	// lags behind sheds acquisitions (nodecall.Engine.EnterAcquire); and the clients made
 	// by New over the schedule's node clients, or by Dial, whose per-node
-	// queue (nodequeue.go) can drop a call that waited too long.
+	// queue (internal/nodecall: Queue) can drop a call that waited too long.
 	m.pools = rapid.SliceOfN(rapid.SampledFrom([]int{0, 1, 2}), n, n).Draw(t, "pools")
 	// Dial's clients only with REDLOCK_PROPS_DIAL set: there a schedule can
 	// hang. A pub/sub connection's HELLO (notify.go) goes through the
@@ -705,7 +705,7 @@ func (m *model) revive(i int) {
 
 // propScripts are the scripts a fault can hit; acquire's calls, the ones
 // whose late replies matter most, are drawn more often.
-var propScripts = []string{"acquire", "acquire", "acquire", "fence", "extend", "reput", "release", "abandon", "releaseVouch"}
+var propScripts = []string{"acquire", "acquire", "acquire", "fence", "extend", "reput", "release", "abandon", "release-vouch"}
 
 // delayReply makes one node's next call of one script answer after the vote
 // is decided (within the per-node timeout).

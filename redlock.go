@@ -101,7 +101,10 @@
 // minority is emptied or unreachable at once. It costs one small hash per key
 // and node (kept for the retention), and on a key's first use Acquire waits
 // for every node's answer, at most one per-node timeout (docs/fencing.md,
-// "The amnesia guard").
+// "The amnesia guard"). When several clients make a key's first use at once,
+// the one whose grants are a majority asks the nodes that said "taken"
+// again, about a round trip later, once the others have taken their keys
+// back, and wins its one attempt, as with the guard off.
 //
 // # Leases
 //
@@ -188,6 +191,15 @@
 // never the current one. Reads that fewer than a majority answer send
 // nothing.
 //
+// # Semaphores
+//
+// Client.Semaphore gives at most N holders of a name: N slots, each the lock
+// on PermitKey(name, i), and a permit is the lock on one of them, taken with
+// Acquire's rules (one attempt per slot and round, from a random slot).
+// Two holders at once of one slot would be two holders of one lock, so at
+// most N hold at once; a permit's fencing token is its slot's
+// (docs/semaphore.md).
+//
 // # Releasing
 //
 // Lock.Release waits for a node at most the per-node timeout, counted from
@@ -254,91 +266,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock/internal/nodecall"
 )
-
-// node is one Redis master.
-type node struct {
-	idx    int // its index in Client.nodes
-	name   string
-	client redis.Scripter
-	closer func() error // nil for clients the user owns
-	// backlog counts this Client's acquire and release calls to the node
-	// still running; late counts those of them that outlived the vote
-	// they were sent for (stragglers, and the deletes that follow them).
-	// An acquisition may send the node nothing while late is at its
-	// connection pool's size (lateLimit, 0: no limit). See Client.enter.
-	backlog, late atomic.Int32
-	lateLimit     int32
-	queue         *nodeQueue // nil for clients the user owns (nodequeue.go)
-	// noResend: the node's client never sends a command twice (go-redis
-	// MaxRetries -1, as Dial and NewNodeClient set), so a "taken" reply
-	// is the answer to the attempt's only SET there: nothing to delete.
-	noResend bool
-}
-
-// limitBacklog sets the node's limit from its client's connection pool,
-// when the client says how large that is, and whether it never re-sends a
-// command (noResend).
-func (n *node) limitBacklog(rc any) {
-	if c, ok := rc.(*redis.Client); ok {
-		if c.Options().PoolSize > 0 {
-			n.lateLimit = int32(c.Options().PoolSize)
-		}
-		n.noResend = c.Options().MaxRetries <= 0 // Options() reports -1 (no retries) as 0
-	}
-}
-
-// enter counts one more call to node n, which n.exit ends; it returns false
-// (and counts nothing) when the call is an acquisition
-// (acquire) that n must not be sent: n lags behind the nodes that decide
-// the votes, with as many calls still running after their votes were
-// decided (late) as its pool has connections, while a majority of the
-// nodes keep up (fewer calls running than their pool has connections).
-//
-// Why: a node that answers more slowly than the others is never waited
-// for, so nothing paces the calls sent to it, and go-redis queues those
-// that find every pooled connection busy. In that queue a release's delete
-// can run out of time before it is even written, leaving the key until its
-// TTL (docs/performance.md, "Release at the majority"). An acquisition not
-// sent to a node needs no delete there, and the node is not needed for the
-// majority; deletes are never shed. When every node is that busy (a burst
-// of acquisitions), nothing is shed: the client's own queue is the limit
-// then, and the per-node timeout applies as before. Apart from that, on the
-// nodes Dial connects to, an acquisition is not sent while every connection
-// of the node waits for a reply past the per-node timeout (nodeQueue.stale):
-// it could only wait behind them.
-func (c *Client) enter(n *node, acquire bool) bool {
-	if acquire && n.lateLimit > 0 && n.late.Load() >= n.lateLimit && c.majorityKeepsUp() {
-		return false
-	}
-	if acquire && n.queue != nil && int(n.queue.stale.Load()) >= n.queue.size {
-		return false // every connection waits for a reply long overdue
-	}
-	n.backlog.Add(1)
-	return true
-}
-
-// exit ends a call that enter counted (a method, not a closure: no
-// allocation per call).
-func (n *node) exit() { n.backlog.Add(-1) }
-
-// majorityKeepsUp reports whether a majority of the nodes have fewer calls
-// running than their pool has connections (a node without a known pool
-// does not count).
-func (c *Client) majorityKeepsUp() bool {
-	k := 0
-	for _, m := range c.nodes {
-		if m.lateLimit > 0 && m.backlog.Load() < m.lateLimit {
-			k++
-		}
-	}
-	return k >= c.quorum
-}
 
 // Client acquires locks on a fixed set of N independent Redis nodes. It is
 // safe for concurrent use. Close it when done: it waits for calls still in
@@ -347,127 +280,13 @@ type Client struct {
 	nodes  []*node
 	quorum int
 	cfg    config
-	queued bool // every node has a queue: the client dialed them (Dial)
-	closed atomic.Bool
-	// inflightMu guards the count of operations and node-call batches in
-	// flight; idle is closed when it drops to zero while Close waits.
-	inflightMu sync.Mutex
-	inflight   int
-	idle       chan struct{}
-	// longest is the longest per-node timeout (ns) an operation of the
-	// Client began with: how long Close waits for the calls in flight.
-	longest atomic.Int64
-	// linger lists the lingering votes whose calls still wait for a reply
-	// (voteAcquire); abandoned is set, and stopped closed, once Close
-	// stopped waiting for the Client's calls (stopCalls).
-	lingerMu  sync.Mutex
-	linger    map[*ballot]struct{}
-	abandoned bool
-	stopped   chan struct{}
+	// eng runs the node calls (internal/nodecall): the nodes' queues,
+	// the votes' calls, and the calls in flight that Close waits for.
+	eng nodecall.Engine
 	// ttlArg and retentionArg box the TTL and the retention for the
-	// scripts (millisArgs).
-	ttlArg, retentionArg millisArgs
-	// done is untrack, bound once: track and begin hand it out, and a
-	// method value made per call would allocate (two votes and two
-	// operations per acquire + release).
-	done   func()
-	notify notifier // wakes waiting Acquire calls on release (notify.go)
-}
-
-// track counts one more batch of node calls in flight, so that Close waits
-// for it, and returns the function to call when it ends. While anything is
-// in flight it always counts, even once Close has begun: the batches of an
-// operation that got past begin (its votes, their stragglers, late grants'
-// clean-up) are waited for like the operation itself. Once Close has seen
-// nothing in flight it counts nothing: the calls then fail fast on the
-// closed connections (or run on the caller's own clients).
-func (c *Client) track() (done func()) {
-	c.inflightMu.Lock()
-	defer c.inflightMu.Unlock()
-	if c.closed.Load() && c.inflight == 0 {
-		return func() {}
-	}
-	c.inflight++
-	return c.done
-}
-
-// untrack ends what track or begin counted.
-func (c *Client) untrack() {
-	c.inflightMu.Lock()
-	defer c.inflightMu.Unlock()
-	if c.inflight--; c.inflight == 0 && c.idle != nil {
-		close(c.idle)
-		c.idle = nil
-	}
-}
-
-// begin counts one more operation in flight, as track does, and reports
-// whether the Client was still open: an operation that checked "not
-// closed" and then started its votes could otherwise see a Close that ran
-// entirely in between (it would wait for nothing, and the operation's node
-// calls would fail on closed connections). An operation holds what begin
-// returns until it has started its votes, which are tracked themselves.
-// timeout is the operation's per-node timeout, which bounds Close's wait.
-func (c *Client) begin(timeout time.Duration) (done func(), open bool) {
-	c.noteTimeout(timeout)
-	c.inflightMu.Lock()
-	defer c.inflightMu.Unlock()
-	if c.closed.Load() {
-		return func() {}, false
-	}
-	c.inflight++
-	return c.done, true
-}
-
-// noteTimeout records a per-node timeout the Client's calls use: Close
-// waits for them up to the longest.
-func (c *Client) noteTimeout(timeout time.Duration) {
-	for old := c.longest.Load(); int64(timeout) > old && !c.longest.CompareAndSwap(old, int64(timeout)); old = c.longest.Load() {
-	}
-}
-
-// lingering records b, a lingering vote, among those whose calls Close stops
-// at its bound; once Close has, it stops b's calls at once.
-func (c *Client) lingering(b *ballot) {
-	c.lingerMu.Lock()
-	defer c.lingerMu.Unlock()
-	if c.abandoned {
-		b.cancel()
-		return
-	}
-	if c.linger == nil {
-		c.linger = make(map[*ballot]struct{})
-	}
-	c.linger[b] = struct{}{}
-	b.lingers = c
-}
-
-// lingered forgets b once its calls have all returned.
-func (c *Client) lingered(b *ballot) {
-	c.lingerMu.Lock()
-	defer c.lingerMu.Unlock()
-	delete(c.linger, b)
-}
-
-// stopCalls ends what the Client's calls may still wait for: the lingering
-// votes' calls (their context), and the waits for a node's turn. Close calls
-// it at its bound; it is idempotent.
-func (c *Client) stopCalls() {
-	c.lingerMu.Lock()
-	if c.abandoned {
-		c.lingerMu.Unlock()
-		return
-	}
-	c.abandoned = true
-	close(c.stopped)
-	votes := make([]*ballot, 0, len(c.linger))
-	for b := range c.linger {
-		votes = append(votes, b)
-	}
-	c.lingerMu.Unlock()
-	for _, b := range votes {
-		b.cancel()
-	}
+	// scripts (nodecall.MillisArgs).
+	ttlArg, retentionArg nodecall.MillisArgs
+	notify               notifier // wakes waiting Acquire calls on release (notify.go)
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -489,8 +308,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 		if isNil(rc) {
 			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
 		}
-		nd := &node{idx: i, name: clientName(rc, i), client: rc}
-		nd.limitBacklog(rc)
+		nd := &node{Idx: i, Name: clientName(rc, i), Client: rc}
+		nd.LimitBacklog(rc)
 		nodes = append(nodes, nd)
 	}
 	c, err := newClient(nodes, opts)
@@ -536,7 +355,7 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 		}
 		tuneOptions(o)
 		parsed[i] = o
-		nodes[i] = &node{idx: i, name: fmt.Sprintf("%s/%d", o.Addr, o.DB)}
+		nodes[i] = &node{Idx: i, Name: fmt.Sprintf("%s/%d", o.Addr, o.DB)}
 	}
 	// Validate everything before dialing, so bad input leaves nothing open.
 	c, err := newClient(nodes, opts)
@@ -548,12 +367,12 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 			adjust(i, parsed[i])
 		}
 		rc := redis.NewClient(parsed[i])
-		n.queue = newNodeQueue(rc.Options().PoolSize, c.stopped)
-		rc.AddHook(n.queue)
-		n.client, n.closer = rc, rc.Close
-		n.limitBacklog(rc)
+		n.Queue = nodecall.NewQueue(rc.Options().PoolSize, c.eng.Stopped(), ErrClosed)
+		rc.AddHook(n.Queue)
+		n.Client, n.Closer = rc, rc.Close
+		n.LimitBacklog(rc)
 	}
-	c.queued = true
+	c.eng.Queued = true
 	return c, nil
 }
 
@@ -612,10 +431,10 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	}
 	seen := make(map[string]int, len(nodes))
 	for i, n := range nodes {
-		if j, dup := seen[n.name]; dup {
-			return nil, fmt.Errorf("%w: node %d (%s) is the same node as node %d", ErrInvalidArgument, i, n.name, j)
+		if j, dup := seen[n.Name]; dup {
+			return nil, fmt.Errorf("%w: node %d (%s) is the same node as node %d", ErrInvalidArgument, i, n.Name, j)
 		}
-		seen[n.name] = i
+		seen[n.Name] = i
 	}
 	cfg := defaultConfig()
 	if err := cfg.apply(opts); err != nil {
@@ -625,8 +444,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 		return nil, err
 	}
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
-	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg, stopped: make(chan struct{})}
-	c.done = c.untrack
+	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
+	c.eng.Nodes, c.eng.Quorum = nodes, quorum
+	c.eng.Init()
 	c.notify.c = c
 	return c, nil
 }
@@ -689,7 +509,7 @@ func redactErr(err error, url string) error {
 func (c *Client) Nodes() []string {
 	names := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		names[i] = n.name
+		names[i] = n.Name
 	}
 	return names
 }
@@ -711,20 +531,12 @@ func (c *Client) Quorum() int { return c.quorum }
 // Acquire waiting between attempts returns ErrClosed at once; later calls
 // return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
-	c.inflightMu.Lock()
-	if c.closed.Swap(true) {
-		c.inflightMu.Unlock()
+	idle, wait, first := c.eng.Close()
+	if !first {
 		return nil
 	}
-	bound := time.NewTimer(time.Duration(c.longest.Load()))
+	bound := time.NewTimer(wait)
 	defer bound.Stop()
-	idle := make(chan struct{})
-	if c.inflight > 0 {
-		c.idle = idle
-	} else {
-		close(idle)
-	}
-	c.inflightMu.Unlock()
 	notified := c.notify.close() // waiting Acquire calls return ErrClosed now
 	// Channels: testing/synctest sees the waits as durable.
 	var err error
@@ -741,13 +553,13 @@ func (c *Client) Close() error {
 				break
 			}
 			stopped = true
-			c.stopCalls()
+			c.eng.StopCalls()
 			err = c.closeConns() // ends the reads in flight on them
 			bound.Reset(closeGrace)
 		}
 	}
 	if !stopped {
-		c.stopCalls()
+		c.eng.StopCalls()
 		err = c.closeConns()
 	}
 	return err
@@ -761,8 +573,8 @@ const closeGrace = 10 * time.Millisecond
 func (c *Client) closeConns() error {
 	var errs []error
 	for _, n := range c.nodes {
-		if n.closer != nil {
-			errs = append(errs, n.closer())
+		if n.Closer != nil {
+			errs = append(errs, n.Closer())
 		}
 	}
 	return errors.Join(errs...)

@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -45,7 +43,7 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 				assert.Equal(t, ttl10s, l.TTL())
 				assert.Equal(t, 1, l.Attempts())
 				// A fresh key's counters are seeded with the client's
-				// proposal (its clock in µs, 25 ms back), which every node
+				// proposal (its clock in µs), which every node
 				// accepts, and incremented with the grant: they agree, so no
 				// write-back is needed.
 				token := firstToken(start)
@@ -95,150 +93,6 @@ func TestAcquireExtendRelease_HappyPath(t *testing.T) {
 	}
 }
 
-func TestAcquire_KeyPrefix(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3, redlock.WithKeyPrefix("lock:"))
-		l := c.acquireSettled(t, ctx, "report", ttl10s)
-		assert.Equal(t, "report", l.Key())
-		for _, nd := range c.nodes {
-			assert.Equal(t, l.Owner(), nd.Value("lock:report"))
-			assert.False(t, nd.Has("report"))
-			assert.Equal(t, strconv.FormatUint(l.Token(), 10), nd.Value("{lock:report}:fence"))
-		}
-		c.releaseAndRequireGone(t, ctx, l, "lock:report")
-	})
-}
-
-func TestAcquire_HeldElsewhereIsNotAcquired(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3)
-		c.holdElsewhere(t, "report", ttl10s, 0, 1, 2)
-
-		l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-		require.Nil(t, l)
-		require.ErrorIs(t, err, redlock.ErrNotAcquired)
-		qe := quorumError(t, err)
-		// The vote is decided as soon as two nodes refused; the third may
-		// not have answered yet.
-		taken := 0
-		for _, r := range qe.Nodes {
-			assert.Contains(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomePending}, r.Outcome)
-			if r.Outcome == redlock.OutcomeTaken {
-				taken++
-			}
-		}
-		assert.GreaterOrEqual(t, taken, 2)
-		assert.Zero(t, qe.Granted)
-		synctest.Wait()
-		for i, nd := range c.nodes {
-			assert.Equal(t, "someone-else", nd.Value("report"), "node %d: the other owner's key must stay", i)
-			assert.Equal(t, ttl10s, nd.m.TTL("report"), "node %d: and keep its TTL", i)
-		}
-	})
-}
-
-func TestAcquire_FencingTokensStrictlyIncrease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 5)
-		// A second client over the same nodes: tokens come from the nodes,
-		// not from client state.
-		clients := make([]redis.UniversalClient, len(c.nodes))
-		for i, nd := range c.nodes {
-			clients[i] = nd.rc
-		}
-		other, err := redlock.New(clients)
-		require.NoError(t, err)
-		defer func() { require.NoError(t, other.Close()) }()
-
-		var last uint64
-		for i := range 8 {
-			rl := c.rl
-			if i%2 == 1 {
-				rl = other
-			}
-			l, err := rl.Acquire(ctx, "report", time.Second)
-			require.NoError(t, err, "holder %d", i)
-			assert.Greater(t, l.Token(), last, "holder %d", i)
-			last = l.Token()
-			if i%3 == 2 {
-				// This holder crashes: its keys expire instead.
-				time.Sleep(time.Second + time.Millisecond)
-				synctest.Wait()
-				continue
-			}
-			require.NoError(t, l.Release(ctx))
-		}
-	})
-}
-
-func TestAcquire_WithoutFencingTokenIsZero(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3, redlock.WithFencing(false))
-		for range 2 {
-			l := c.acquire(t, ctx, "report", ttl10s)
-			assert.Zero(t, l.Token())
-			require.NoError(t, l.Release(ctx))
-		}
-		c.requireGone(t, "{report}:fence")
-
-		// The option also works per call.
-		l := c.acquire(t, ctx, "report", ttl10s, redlock.WithFencing(true))
-		assert.Equal(t, firstToken(time.Now()), l.Token(), "seeded from the clock")
-		require.NoError(t, l.Release(ctx))
-	})
-}
-
-// A node whose clock is outside the window of the client's proposal (its
-// clock more than 50 ms past the proposal, or behind it) seeds a new counter
-// from its own clock: the token is that clock in microseconds, incremented
-// with the grant. The seed exceeds every token handed out before, whatever
-// the client's clock says (docs/fencing.md).
-func TestAcquire_NodeClockOutsideTheProposalSeedsTheCounter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3)
-		// Within the window, the fraction of a second counts: at .6 s past
-		// a second, a node that compared whole seconds only would find
-		// the proposal (25 ms back) in its future and seed its own clock.
-		time.Sleep(600 * time.Millisecond)
-		start := time.Now()
-		l := c.acquire(t, ctx, "report", ttl10s)
-		assert.Equal(t, firstToken(start), l.Token(), "the node accepts the proposal")
-		require.NoError(t, l.Release(ctx))
-		for _, skew := range []time.Duration{time.Hour, -time.Hour} {
-			nodeNow := time.Now().Add(skew)
-			for _, n := range c.nodes {
-				n.m.SetTime(nodeNow)
-			}
-			key := fmt.Sprintf("report%v", skew)
-			l := c.acquire(t, ctx, key, ttl10s)
-			assert.Equal(t, uint64(nodeNow.UnixMicro())+1, l.Token(), "node clock %v from the client's", skew)
-			require.NoError(t, l.Release(ctx))
-		}
-	})
-}
-
-func TestAcquire_OwnerValuesAreRandomAndLong(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3)
-		seen := map[string]bool{}
-		for range 20 {
-			l := c.acquire(t, ctx, "report", ttl10s)
-			raw, err := base64.RawURLEncoding.DecodeString(l.Owner())
-			require.NoError(t, err, "owner %q", l.Owner())
-			assert.GreaterOrEqual(t, len(raw)*8, 128, "owner %q", l.Owner())
-			assert.False(t, seen[l.Owner()], "owner %q used twice", l.Owner())
-			seen[l.Owner()] = true
-			require.NoError(t, l.Release(ctx))
-		}
-	})
-}
-
 func TestRandomOwner(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
@@ -250,45 +104,6 @@ func TestRandomOwner(t *testing.T) {
 		require.False(t, seen[o], "owner %q returned twice", o)
 		seen[o] = true
 	}
-}
-
-func TestAcquire_OwnerGenerator(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 3)
-
-		n := 0
-		gen := redlock.WithOwnerGenerator(func() (string, error) {
-			n++
-			return fmt.Sprintf("worker-7/%d", n), nil
-		})
-		l := c.acquire(t, ctx, "report", ttl10s, gen)
-		assert.Equal(t, "worker-7/1", l.Owner())
-		synctest.Wait()
-		for _, nd := range c.nodes {
-			assert.Equal(t, "worker-7/1", nd.Value("report"))
-		}
-		require.NoError(t, l.Release(ctx))
-
-		// A failing generator is a failed acquisition that wraps its error;
-		// one that returns "" is misconfigured (every holder would share
-		// the value): bad input. Neither sends anything.
-		boom := errors.New("entropy exhausted")
-		for name, tc := range map[string]struct {
-			gen  func() (string, error)
-			want []error
-		}{
-			"error": {func() (string, error) { return "", boom }, []error{redlock.ErrNotAcquired, boom}},
-			"empty": {func() (string, error) { return "", nil }, []error{redlock.ErrInvalidArgument}},
-		} {
-			l, err := c.rl.Acquire(ctx, "report", ttl10s, redlock.WithOwnerGenerator(tc.gen))
-			assert.Nil(t, l, name)
-			for _, want := range tc.want {
-				assert.ErrorIs(t, err, want, name)
-			}
-			c.requireGone(t, "report")
-		}
-	})
 }
 
 func TestExtend_ExpiredLockIsNotRevived(t *testing.T) {
@@ -459,146 +274,6 @@ func TestRelease_RunsWithCanceledContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		c.releaseAndRequireGone(t, ctx, l, "report")
-	})
-}
-
-func TestAcquire_NoKeyLeftAfterFailure(t *testing.T) {
-	t.Run("refused by a majority", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			c := newCluster(t, 3, noGuard)
-			c.holdElsewhere(t, "report", ttl10s, 0, 1)
-			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
-			require.ErrorIs(t, err, redlock.ErrNotAcquired)
-			assert.False(t, c.nodes[2].Has("report"), "the node that granted is released before Acquire returns")
-			require.NoError(t, c.rl.Close())
-			synctest.Wait()
-			assert.False(t, c.nodes[2].Has("report"))
-			assert.Equal(t, 2, c.holders("report"), "the other owner's keys stay")
-		})
-	})
-
-	// A grant that arrives after the attempt already failed (and after the
-	// release was sent to that node) is undone as soon as it arrives.
-	t.Run("late grant within the node timeout", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			c := newWarmCluster(t, 3, noGuard)
-			c.holdElsewhere(t, "report", ttl10s, 0, 1)
-			c.nodes[2].SlowAcquire(50 * time.Millisecond) // the release is not delayed
-
-			start := time.Now()
-			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
-			require.ErrorIs(t, err, redlock.ErrNotAcquired)
-			qe := quorumError(t, err)
-			assert.Equal(t, []redlock.Outcome{redlock.OutcomeTaken, redlock.OutcomeTaken, redlock.OutcomePending}, outcomes(qe.Nodes))
-			assert.Equal(t, 50*time.Millisecond, time.Since(start), "Acquire returns once the late grant is undone")
-			assert.False(t, c.nodes[2].Has("report"), "the late grant is released before Acquire returns")
-			require.NoError(t, c.rl.Close())
-			synctest.Wait()
-			assert.False(t, c.nodes[2].Has("report"))
-		})
-	})
-
-	// A node so slow that the client gives up on it still runs the acquire
-	// script later; the release sent after it runs after it.
-	t.Run("grant applied after the node timeout", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			c := newWarmCluster(t, 3, noGuard)
-			c.holdElsewhere(t, "report", ttl10s, 0)
-			c.nodes[1].Slow(2 * time.Second)
-			c.nodes[2].Slow(2 * time.Second)
-
-			_, err := c.rl.TryAcquire(context.Background(), "report", ttl10s)
-			require.ErrorIs(t, err, redlock.ErrNotAcquired)
-			assert.Equal(t, 1, c.holders("report"))
-			require.NoError(t, c.rl.Close())
-			time.Sleep(3 * time.Second) // the slow nodes catch up, well before the TTL
-			synctest.Wait()
-			assert.Equal(t, "someone-else", c.nodes[0].Value("report"))
-			assert.False(t, c.nodes[1].Has("report"))
-			assert.False(t, c.nodes[2].Has("report"))
-		})
-	})
-
-	for _, tc := range []struct {
-		name    string
-		ctx     func() (context.Context, context.CancelFunc)
-		wantErr error
-	}{
-		{"canceled", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				time.Sleep(10 * time.Millisecond)
-				cancel()
-			}()
-			return ctx, cancel
-		}, context.Canceled},
-		{"deadline exceeded", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 10*time.Millisecond)
-		}, context.DeadlineExceeded},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				c := newWarmCluster(t, 3, noGuard)
-				c.nodes[1].Slow(2 * time.Second)
-				c.nodes[2].Slow(2 * time.Second)
-				ctx, cancel := tc.ctx()
-				defer cancel()
-
-				start := time.Now()
-				l, err := c.rl.Acquire(ctx, "report", ttl10s) // default retry: until ctx ends
-				assert.Nil(t, l)
-				require.ErrorIs(t, err, tc.wantErr)
-				require.ErrorIs(t, err, redlock.ErrNotAcquired)
-				qe := quorumError(t, err)
-				assert.Equal(t, redlock.OutcomeGranted, qe.Nodes[0].Outcome)
-				assert.Equal(t, redlock.OutcomeCanceled, qe.Nodes[1].Outcome)
-				assert.ErrorIs(t, qe.Nodes[1].Err, tc.wantErr)
-				assert.Less(t, time.Since(start), 2*time.Second, "Acquire must not wait for the slow nodes")
-				assert.False(t, c.nodes[0].Has("report"), "released before Acquire returns")
-
-				require.NoError(t, c.rl.Close())
-				time.Sleep(3 * time.Second)
-				c.requireGone(t, "report")
-			})
-		})
-	}
-}
-
-func TestAcquire_AtMostOneOfManyConcurrentClientsWins(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		c := newCluster(t, 5)
-		var (
-			mu      sync.Mutex
-			winners []*redlock.Lock
-			wg      sync.WaitGroup
-		)
-		for range 16 {
-			wg.Go(func() {
-				l, err := c.rl.TryAcquire(ctx, "report", ttl10s)
-				if err != nil {
-					assert.ErrorIs(t, err, redlock.ErrNotAcquired)
-					return
-				}
-				mu.Lock()
-				winners = append(winners, l)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		synctest.Wait()
-		require.LessOrEqual(t, len(winners), 1)
-		// The losers cleaned up: every key left is the winner's.
-		for i, nd := range c.nodes {
-			if v := nd.Value("report"); v != "" {
-				require.Len(t, winners, 1)
-				assert.Equal(t, winners[0].Owner(), v, "node %d", i)
-			}
-		}
-		for _, l := range winners {
-			require.NoError(t, l.Release(ctx))
-		}
-		c.requireGone(t, "report") // the deletes Release did not wait for
 	})
 }
 

@@ -48,7 +48,7 @@ func (c *Client) reentrant(ctx context.Context, key string, cfg config) (l *Lock
 	if s == nil {
 		return nil, false, nil
 	}
-	if c.closed.Load() {
+	if c.eng.Closed() {
 		return nil, true, ErrClosed
 	}
 	if s.ctx.Err() != nil {

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -728,4 +729,132 @@ func TestRelease_NothingIsPutBackOnceReleaseBegan(t *testing.T) {
 		require.NoError(t, c.rl.Close())
 		c.requireNoKey(t, "k")
 	})
+}
+
+// A failed Extend with a longer TTL that applied on one node, then Release
+// behind a busy queue: does any key outlive Close?
+func TestRelease_AfterAFailedLongerExtendLeavesNoKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		nodes, rl := dialCluster(t, 3, 1)
+		l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+		require.NoError(t, err)
+		// The extension applies on one node that granted the key (on a
+		// loaded machine the vote may decide before a third call is sent).
+		applied := slices.IndexFunc(l.Nodes(), func(r redlock.NodeResult) bool { return r.Outcome == redlock.OutcomeGranted })
+		for i, n := range nodes {
+			if i != applied {
+				n.FailIf(func(cmd string, args []string) bool { return isScript("extend", cmd, args) })
+			}
+		}
+		_, err = l.Extend(context.Background(), 60*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNoQuorum)
+		// The vote may be decided (two failures) before the third call has
+		// applied: let it land.
+		synctest.Wait()
+		for _, n := range nodes {
+			n.FailIf(nil)
+		}
+		require.True(t, nodes[applied].Has("k"))
+		require.Greater(t, nodes[applied].m.TTL("k"), time.Second, "the failed extension applied there")
+		// Busy queue: other keys' acquisitions, slow on every node.
+		wait := fillQueues(rl, nodes, 50*time.Millisecond, 40, true)
+		relErr := l.Release(context.Background())
+		wait()
+		require.NoError(t, rl.Close())
+		t.Logf("release: %v", relErr)
+		for i, n := range nodes {
+			assert.False(t, n.Has("k"), "node %d still holds k after Release and Close (ttl %v)", i, n.m.TTL("k"))
+		}
+	})
+}
+
+// An Extend whose ctx ends while its calls are on the nodes, then Release
+// right away (no busy queue).
+func TestRelease_AfterACanceledExtendLeavesNoKey(t *testing.T) {
+	for _, pool := range []int{1, 10} {
+		t.Run(fmt.Sprint("pool", pool), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := dialCluster(t, 3, pool)
+				l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+				require.NoError(t, err)
+				for _, n := range nodes {
+					n.SlowScripts(50*time.Millisecond, "extend")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				_, err = l.Extend(ctx, 60*time.Second)
+				cancel()
+				t.Logf("extend: %v", err)
+				require.Error(t, err)
+				relErr := l.Release(context.Background())
+				t.Logf("release: %v", relErr)
+				require.NoError(t, rl.Close())
+				time.Sleep(time.Second) // past the original TTL
+				for i, n := range nodes {
+					assert.False(t, n.Has("k"), "node %d still holds k after Release and Close (ttl %v)", i, n.m.TTL("k"))
+				}
+			})
+		})
+	}
+}
+
+// Extend with a longer TTL (a straggling extension on node 2), then Release
+// on the old and on the new handle behind a busy queue.
+func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprint("oldHandle=", old), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				nodes, rl := dialCluster(t, 3, 1)
+				l, err := rl.Acquire(context.Background(), "k", 300*time.Millisecond)
+				require.NoError(t, err)
+				nodes[2].SlowScripts(150*time.Millisecond, "extend")
+				next, err := l.Extend(context.Background(), 20*time.Second)
+				require.NoError(t, err)
+				wait := fillQueues(rl, nodes, 50*time.Millisecond, 40, true)
+				h := next
+				if old {
+					h = l
+				}
+				relErr := h.Release(context.Background())
+				wait()
+				require.NoError(t, rl.Close())
+				t.Logf("release: %v", relErr)
+				assert.NoError(t, relErr)
+				for i, n := range nodes {
+					assert.False(t, n.Has("k"), "node %d still holds k (ttl %v)", i, n.m.TTL("k"))
+				}
+			})
+		})
+	}
+}
+
+// A grant whose reply comes after the vote was decided is deleted when the
+// reply arrives. Node 2 runs every command 300 ms after it was sent (a new
+// connection's handshake too); the per-node timeout is 100 ms (5 s TTL).
+// Lock after lock (each on a key of its own) is won on nodes 0 and 1 and
+// released at once, so node 2's SETs run after the Releases, and a delete
+// sent on a new connection after the acquire call's 100 ms would wait
+// behind a handshake that never ends in time. Once node 2's replies have
+// come, it holds none of the keys.
+func TestRelease_LateGrantIsDeletedWhenItsReplyArrives(t *testing.T) {
+	for _, dial := range []bool{false, true} {
+		t.Run(fmt.Sprint("dial=", dial), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				nodes, rl := lateCluster(t, dial)
+				slowCommands(nodes[2], 300*time.Millisecond)
+				const locks = 40
+				for i := range locks {
+					l, err := rl.TryAcquire(ctx, fmt.Sprint("k", i), 5*time.Second)
+					require.NoError(t, err)
+					require.NoError(t, l.Release(ctx))
+				}
+				time.Sleep(time.Second) // every reply of node 2's, and every delete
+				synctest.Wait()
+				for i := range locks {
+					k := fmt.Sprint("k", i)
+					assert.False(t, nodes[2].Has(k), "node 2 still holds %s (ttl %v)", k, nodes[2].m.TTL(k))
+				}
+			})
+		})
+	}
 }

@@ -1,151 +1,15 @@
 package redlock
 
-import (
-	"context"
-	"slices"
-	"strconv"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-)
-
-// scriptCall is one script call whose command is built once and sent to
-// every node of a vote: EVALSHA, the script's hash, the keys and the
-// arguments, boxed once instead of once per node. Each node gets its own copy
-// of the argument slice: a go-redis hook may rewrite a command's arguments
-// in place.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    []any // "evalsha", hash, len(keys), keys..., args...; never handed out
-	// copies, once forNodes made it, holds every node's copy of cmd in one
-	// allocation: node i's is the i-th run of len(cmd) elements.
-	copies []any
-}
-
-func newScriptCall(s *redis.Script, keys []string, args ...any) *scriptCall {
-	return newScriptCallBoxed(s, keys, nil, args...)
-}
-
-// newScriptCallBoxed is newScriptCall with the keys already boxed (keyArgs,
-// as boxedKeys returned them for the same keys), or nil to box them: boxing
-// a string allocates, and a release reuses what its acquisition boxed.
-// args are copied, not kept: the compiler can then keep a caller's argument
-// list on its stack.
-func newScriptCallBoxed(s *redis.Script, keys []string, keyArgs []any, args ...any) *scriptCall {
-	cmd := make([]any, 0, 3+len(keys)+len(args))
-	hash, ok := boxedHashes[s]
-	if !ok {
-		hash = s.Hash()
-	}
-	cmd = append(cmd, "evalsha", hash, len(keys))
-	if keyArgs != nil {
-		cmd = append(cmd, keyArgs...)
-	} else {
-		for _, k := range keys {
-			cmd = append(cmd, k)
-		}
-	}
-	cmd = append(cmd, args...)
-	return &scriptCall{script: s, keys: keys, args: cmd[3+len(keys):], cmd: cmd}
-}
-
-// boxedKeys returns the call's keys as boxed in its command, for another
-// call on the same keys (newScriptCallBoxed); n of them, from the first.
-func (sc *scriptCall) boxedKeys(n int) []any { return sc.cmd[3 : 3+n : 3+n] }
-
-// boxedArg returns the call's i-th argument (ARGV[i+1]) as boxed in its
-// command.
-func (sc *scriptCall) boxedArg(i int) any { return sc.args[i] }
-
-// forNodes makes room for the copies of the command that n nodes get, in one
-// allocation instead of one per node, and returns sc. A call made so must
-// be run at most once per node (one vote).
-func (sc *scriptCall) forNodes(n int) *scriptCall {
-	sc.copies = make([]any, n*len(sc.cmd))
-	return sc
-}
-
-// argsFor returns node i's own copy of the command.
-func (sc *scriptCall) argsFor(i int) []any {
-	m := len(sc.cmd)
-	if (i+1)*m > len(sc.copies) {
-		return slices.Clone(sc.cmd)
-	}
-	args := sc.copies[i*m : (i+1)*m : (i+1)*m]
-	copy(args, sc.cmd)
-	return args
-}
-
-// millisArg is a duration in milliseconds as the scripts take it, a decimal
-// string, boxed (see millisArgs).
-type millisArg struct {
-	d time.Duration
-	v any
-}
-
-// millisArgs remembers the last duration it boxed as a script argument:
-// a Client's calls mostly use one TTL and one retention, and formatting and
-// boxing them per attempt cost four allocations.
-type millisArgs struct{ last atomic.Pointer[millisArg] }
-
-// arg returns d in milliseconds, a decimal string, boxed.
-func (m *millisArgs) arg(d time.Duration) any {
-	if p := m.last.Load(); p != nil && p.d == d {
-		return p.v
-	}
-	p := &millisArg{d: d, v: strconv.FormatInt(d.Milliseconds(), 10)}
-	m.last.Store(p)
-	return p.v
-}
-
-// boxedHashes holds the hash of each script sent through scriptCall, boxed
-// once: boxing a string allocates.
-var boxedHashes = map[*redis.Script]any{}
-
-func init() {
-	for _, s := range []*redis.Script{acquireScript, releaseScript, abandonScript, releaseVouchScript, holdScript, extendScript} {
-		boxedHashes[s] = s.Hash()
-	}
-}
-
-// processor is the part of a go-redis client that runs a prebuilt command.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// run sends the call to one node: EVALSHA with the prebuilt command, then
-// EVAL with the script's source when the node answers NOSCRIPT (as
-// redis.Script.Run does). A node client that cannot run a prebuilt command
-// gets Script.Run.
-func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
-	p, ok := n.client.(processor)
-	if !ok {
-		return sc.script.Run(ctx, n.client, sc.keys, sc.args...)
-	}
-	cmd := redis.NewCmd(ctx, sc.argsFor(n.idx)...)
-	if len(sc.keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	// HasErrorPrefix allocates: ask it only about an error.
-	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return sc.script.Eval(ctx, n.client, sc.keys, sc.args...)
-	}
-	return cmd
-}
+import "github.com/d3b93e30/redlock/internal/nodecall"
 
 // The Lua scripts run atomically on each node. Every script that changes a lock
 // first checks the owner value, so a client can only ever touch its own lock
 // (Redlock spec: "remove the key only if it exists and its value is still the
 // random value we expect").
 //
-// Return codes, shared by all scripts so quorum.go can read them in one place:
-//
-//	1   the operation applied (granted, released, extended, fenced)
-//	0   the key is not there: it expired, was released, or was never set (not held)
-//	-1  the key is held by another owner value (taken)
+// The scripts answer with the return codes below (codeTaken...), read in one
+// place (classify); inspectScript alone answers with the state it read, and
+// acquireScript encodes its grants (see there).
 //
 // Keys: KEYS[1] is the lock key, KEYS[2] the key's fencing counter (see
 // fenceKey), KEYS[3] the key's epoch on this node (see epochKey), a hash with
@@ -157,10 +21,16 @@ func (sc *scriptCall) run(ctx context.Context, n *node) *redis.Cmd {
 // All are named by the client so Redis Cluster can route the script to the
 // slot that owns them. The counter and the epoch expire after the retention
 // (WithRetention) once no grant, extension or write-back touches them.
+
+// The return codes: what a script answered on one node (reply.code), each
+// with one meaning. codeQuarantined is made by the client from an acquire
+// reply (acquisition.grant); no script returns it.
 const (
-	codeApplied = 1
-	codeNotHeld = 0
-	codeTaken   = -1
+	codeTaken       = -1 // the key is held by another owner value (OutcomeTaken)
+	codeNotHeld     = 0  // the key is not there: expired, released, never set (OutcomeNotHeld)
+	codeApplied     = 1  // the operation applied: granted, released, extended, fenced (OutcomeGranted)
+	codeHandedOff   = 2  // a release script deleted the key and told a waiter (notify.go; OutcomeGranted)
+	codeQuarantined = 3  // a grant from a node quarantined by the amnesia guard (OutcomeQuarantined)
 )
 
 // luaHelpers holds a Lua fragment the scripts below share: micros(t) is the
@@ -173,7 +43,7 @@ local function micros(t)
 end
 `
 
-// acquireScript sets the lock key if it is free. ARGV[1] is the owner value,
+// acquireLua sets the lock key if it is free. ARGV[1] is the owner value,
 // ARGV[2] the TTL in milliseconds, ARGV[3] the amnesia guard's quarantine in
 // milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
 // bookkeeping in milliseconds (see WithRetention), ARGV[5] "1" with fencing
@@ -191,9 +61,12 @@ end
 // not exist (first use on this node, the node lost its data, or the name was
 // idle for the retention) is first seeded from the clock in microseconds, so
 // that it starts above every token handed out before (docs/fencing.md states
-// the clock assumption). The seed is the client's proposal when it lies
-// within 50 ms below the node's clock (so that the nodes of one acquisition
-// seed the same value and agree, with no write-back), else the node's clock.
+// the clock assumption). The seed is the client's proposal (its clock as
+// the attempt began) when it lies within 25 ms of the node's clock, either
+// way (so that the nodes of one acquisition seed the same value and agree,
+// with no write-back), else the node's clock. Either way it is at least the
+// client's clock when the attempt began, which is what keeps a re-created
+// counter above the token of a holder that had acquired before.
 // A later grant on this node happens after this grant's key is gone, so it
 // returns a higher counter.
 //
@@ -216,7 +89,7 @@ end
 //
 // Each attempt uses a fresh owner value, so a key that already holds a value
 // is always someone else's: taken.
-var acquireScript = redis.NewScript(luaHelpers + `
+const acquireLua = luaHelpers + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -1
 end
@@ -231,7 +104,7 @@ if ARGV[5] == '1' then
     -- the node's clock in microseconds minus the proposal: exact, since
     -- both are below 2^53
     local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
-    if d >= 0 and d <= 50000 then
+    if d >= -25000 and d <= 25000 then
       redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
       c = tonumber(ARGV[7])
     else
@@ -266,7 +139,7 @@ if e[3] then -- as if created now, but it keeps its age
   return {1, c, 2, age}
 end
 return {1, c, 1, age}
-`)
+`
 
 // Epoch states returned by acquireScript.
 const (
@@ -301,43 +174,44 @@ local function liftAndVouch(tok, vouch, r)
 end
 `
 
-// fenceScript is the follow-up write of a successful acquisition on one node,
+// fenceLua is the follow-up write of a successful acquisition on one node,
 // only while the node still holds our lock (ARGV[1] is the owner value):
 // with ARGV[2] other than "0" the counter becomes max(counter, ARGV[2]) (the
 // token write-back), with ARGV[3] = "1" the node's epoch is marked trusted
 // (the amnesia guard's vouching), and both get the retention ARGV[4] (ms).
 // The owner check orders the write before any later grant on this node,
 // which is what makes tokens increase across holders; see docs/fencing.md.
-var fenceScript = redis.NewScript(luaLiftAndVouch + `
+const fenceLua = luaLiftAndVouch + `
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then return -1 end
   return 0
 end
 return liftAndVouch(ARGV[2], ARGV[3], tonumber(ARGV[4]))
-`)
+`
 
-// reputScript puts a held lock back on a node that answered "not held" to an
+// reputLua puts a held lock back on a node that answered "not held" to an
 // extension that a majority applied (the node restarted empty, or its clock
 // expired the key early): SET NX PX ARGV[2] ms with the owner value ARGV[1],
 // so never over another owner's key. Where it sets the key it does what
 // fenceScript does for a grant: counter := max(counter, ARGV[3]) unless
 // ARGV[3] is "0", the epoch vouched for by this holder when ARGV[4] = "1",
 // retention ARGV[5] ms. Codes: 1 put back, -1 taken.
-var reputScript = redis.NewScript(luaLiftAndVouch + `
+const reputLua = luaLiftAndVouch + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -1
 end
 return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
-`)
+`
 
 // luaWakeNext is the release scripts' wake-up (notify.go): wakeNext(key,
-// owner), called where the key was deleted, publishes the SHA1 of the
-// released owner value to the channel of the key's waiter with the lowest
-// ticket on this node (waitChannel: the key with its hash tag, channelKey;
-// the fixed-length ticket is matched by '?', the key's glob characters are
-// escaped) and returns 2; with no waiter it publishes nothing and returns
-// 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
+// owner, skipFrom), called where the key was deleted, publishes the SHA1 of
+// the released owner value to the channel of the key's waiter with the
+// lowest ticket on this node (waitChannel: the key with its hash tag,
+// channelKey; the fixed-length ticket is matched by '?', the key's glob
+// characters are escaped), passing over the channels ARGV[skipFrom] and
+// after name (the releasing Client's waiters that left, leftChannels), and
+// returns 2; with no such waiter it publishes nothing and returns 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
 // @pubsub, a renamed command) it returns 1 (redis.pcall), since the key was
 // deleted all the same; with redis.call the error ended the script after
 // its DEL, and the release counted a node that applied it as failed.
@@ -355,7 +229,7 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 // waited for at once, or another application's pub/sub), pays that, and so
 // do the node's other commands, which wait behind the script.
 const luaWakeNext = `
-local function wakeNext(key, owner)
+local function wakeNext(key, owner, skipFrom)
   local o = string.find(key, '{', 1, true)
   local c = o and string.find(key, '}', o + 1, true)
   if not (c and c > o + 1) then key = '{' .. key .. '}' end
@@ -365,28 +239,36 @@ local function wakeNext(key, owner)
   local w = redis.pcall('PUBSUB', 'CHANNELS', p)
   if type(w) ~= 'table' or w.err or #w == 0 then return 1 end
   table.sort(w)
-  local r = redis.pcall('PUBLISH', w[1], redis.sha1hex(owner))
+  local skip = {}
+  for i = skipFrom, #ARGV do skip[ARGV[i]] = true end
+  local next
+  for _, ch in ipairs(w) do
+    if not skip[ch] then next = ch break end
+  end
+  if not next then return 1 end
+  local r = redis.pcall('PUBLISH', next, redis.sha1hex(owner))
   if type(r) == 'table' and r.err then return 1 end
   return 2
 end
 `
 
-// releaseScript deletes the lock key if ARGV[1] is its owner value, and
-// then tells the key's longest waiter of the release (luaWakeNext). Codes:
+// releaseLua deletes the lock key if ARGV[1] is its owner value, and
+// then tells the key's longest waiter of the release (luaWakeNext), passing
+// over the channels named by ARGV[2] and after. Codes:
 // 1 deleted, 2 deleted and a waiter told (codeHandedOff), -1 held by
 // another owner, 0 not there. A key that expires, or that is not ours,
 // tells nobody.
-var releaseScript = redis.NewScript(luaWakeNext + `
+const releaseLua = luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  return wakeNext(KEYS[1], ARGV[1])
+  return wakeNext(KEYS[1], ARGV[1], 2)
 end
 if v then return -1 end
 return 0
-`)
+`
 
-// abandonScript is releaseScript for a failed attempt with the amnesia guard
+// abandonLua is releaseScript for a failed attempt with the amnesia guard
 // on (the attempt's clean-up): where it deletes our key it also marks the
 // key's epoch void if our grant created it (`by` is our owner value) and no
 // successful acquisition vouched for it since. Grants create epochs void
@@ -396,7 +278,7 @@ return 0
 // does not quarantine the key. Deleting the epoch instead would restart its
 // age, and a node that lost its data would never leave its quarantine while
 // attempts keep failing.
-var abandonScript = redis.NewScript(`
+const abandonLua = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -408,16 +290,17 @@ if v == ARGV[1] then
 end
 if v then return -1 end
 return 0
-`)
+`
 
-// releaseVouchScript is releaseScript for a lock whose acquisition vouched
+// releaseVouchLua is releaseScript for a lock whose acquisition vouched
 // for nodes (amnesia guard): where it deletes our key it also does the
 // write-back (counter := max(counter, ARGV[2]), epoch trusted), since the
 // release may reach a node before the acquisition's write-back did. It only
 // changes a counter and an epoch that exist, which keep their retention
 // (KEEPTTL; HSET keeps a hash's TTL). Like releaseScript it tells the
-// key's longest waiter where it deletes, with the same codes.
-var releaseVouchScript = redis.NewScript(luaWakeNext + `
+// key's longest waiter where it deletes, with the same codes, passing over
+// the channels named by ARGV[3] and after.
+const releaseVouchLua = luaWakeNext + `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -428,13 +311,13 @@ if v == ARGV[1] then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('HSET', KEYS[3], 'trusted', '1')
   end
-  return wakeNext(KEYS[1], ARGV[1])
+  return wakeNext(KEYS[1], ARGV[1], 3)
 end
 if v then return -1 end
 return 0
-`)
+`
 
-// holdScript is what Release sends instead of releaseScript while the
+// holdLua is what Release sends instead of releaseScript while the
 // lock's minimum hold (WithMinHold) has not passed: if ARGV[1] is the owner
 // value, the lock key's remaining TTL becomes ARGV[2] milliseconds, the time
 // left of the hold, unless less is left already: it never lengthens the key,
@@ -443,7 +326,7 @@ return 0
 // max(counter, ARGV[3]), epoch trusted; only where they exist). It tells no
 // waiter: the key is still held. Codes: 1 shortened (or already shorter),
 // -1 held by another owner, 0 not there.
-var holdScript = redis.NewScript(`
+const holdLua = `
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] then
   if v then return -1 end
@@ -463,16 +346,16 @@ if ARGV[3] then
   end
 end
 return 1
-`)
+`
 
-// extendScript makes the lock key live at least ARGV[2] more milliseconds if
+// extendLua makes the lock key live at least ARGV[2] more milliseconds if
 // ARGV[1] is its owner value, and refreshes the retention ARGV[3] (ms) of the
 // key's counter and epoch. It never shortens the key's remaining TTL: an
 // extension with a shorter TTL, applied late or on a minority, must not free
 // the key while an earlier handle still counts on it. It never creates the
 // key: an expired lock stays expired (Lock.Extend may put it back, see
 // reputScript).
-var extendScript = redis.NewScript(`
+const extendLua = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
@@ -485,14 +368,14 @@ if v == ARGV[1] then
 end
 if v then return -1 end
 return 0
-`)
+`
 
-// inspectScript reads a lock's state on one node without changing it, for
+// inspectLua reads a lock's state on one node without changing it, for
 // Client.Inspect: {owner value or "", PTTL of the lock key in milliseconds
 // (-2 missing, -1 no expiry), fencing counter or "", the epoch's age in ms
 // or -1 when there is none, 1 if the epoch is trusted else 0, 1 if it is
 // void else 0}. It does not use the return codes above.
-var inspectScript = redis.NewScript(`
+const inspectLua = `
 local v = redis.call('GET', KEYS[1])
 local t = redis.call('PTTL', KEYS[1])
 local f = redis.call('GET', KEYS[2])
@@ -507,4 +390,46 @@ if e[2] == '1' then trusted = 1 end
 local void = 0
 if e[3] == '1' then void = 1 end
 return {v or '', t, f or '', age, trusted, void}
-`)
+`
+
+// The library's scripts, made from the sources above.
+var (
+	acquireScript      = nodecall.NewScript(acquireLua)
+	fenceScript        = nodecall.NewScript(fenceLua)
+	reputScript        = nodecall.NewScript(reputLua)
+	releaseScript      = nodecall.NewScript(releaseLua)
+	abandonScript      = nodecall.NewScript(abandonLua)
+	releaseVouchScript = nodecall.NewScript(releaseVouchLua)
+	holdScript         = nodecall.NewScript(holdLua)
+	extendScript       = nodecall.NewScript(extendLua)
+	inspectScript      = nodecall.NewScript(inspectLua)
+	multiAcquireScript = nodecall.NewScript(multiAcquireLua)
+	multiReleaseScript = nodecall.NewScript(multiReleaseLua)
+	multiExtendScript  = nodecall.NewScript(multiExtendLua)
+	multiFenceScript   = nodecall.NewScript(multiFenceLua)
+)
+
+// luaScript is one of the library's Lua scripts: the name the chaos
+// harness's script mutants and the tests know it by, and its source.
+type luaScript struct {
+	name string
+	src  string
+	*nodecall.Script
+}
+
+// scripts lists every Lua script of the library, once.
+var scripts = []luaScript{
+	{"acquire", acquireLua, acquireScript},
+	{"fence", fenceLua, fenceScript},
+	{"reput", reputLua, reputScript},
+	{"release", releaseLua, releaseScript},
+	{"abandon", abandonLua, abandonScript},
+	{"release-vouch", releaseVouchLua, releaseVouchScript},
+	{"hold", holdLua, holdScript},
+	{"extend", extendLua, extendScript},
+	{"inspect", inspectLua, inspectScript},
+	{"multi-acquire", multiAcquireLua, multiAcquireScript},
+	{"multi-release", multiReleaseLua, multiReleaseScript},
+	{"multi-extend", multiExtendLua, multiExtendScript},
+	{"multi-fence", multiFenceLua, multiFenceScript},
+}

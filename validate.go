@@ -35,10 +35,7 @@ func CheckTTL(ttl time.Duration, opts ...Option) error {
 	}
 	// The checks of Client.acquire, then those KeepAlive adds, in their
 	// order, so that the first failing rule gives the calls' error.
-	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
-		return err
-	}
-	if err := cfg.checkRetention(ttl); err != nil {
+	if err := cfg.checkLock(ttl); err != nil {
 		return err
 	}
 	if err := cfg.checkMinHold(ttl); err != nil {

@@ -39,7 +39,7 @@ func dialOurs(b *testing.B, srv []*Server, opts ...redlock.Option) *redlock.Clie
 	b.Helper()
 	urls := make([]string, len(srv))
 	for i, s := range srv {
-		urls[i] = "redis://" + s.Addr
+		urls[i] = "redis://" + s.Addr()
 	}
 	c, err := redlock.Dial(urls, opts...)
 	if err != nil {

@@ -74,12 +74,26 @@ const (
 	// Redislock is bsm/redislock on node 0 only (single-node reference),
 	// over a client made by redlock.NewNodeClient.
 	Redislock Kind = "redislock-1node"
+	// Limit is no lock at all: two phases of PING sent to every node at
+	// once, each done when a majority answered (the others are left to
+	// answer in the background), over the same clients as Ours. Its
+	// latency is the physical limit of a majority lock's acquire +
+	// release on the nodes' round trips: one round trip per phase to the
+	// quorum-th fastest node, with the smallest command.
+	Limit Kind = "limit"
+	// OursSemaphore is Ours taking one permit of a semaphore of
+	// SemaphorePermits permits (Client.Semaphore, TryAcquire) named by the
+	// key, instead of the lock on the key.
+	OursSemaphore Kind = "ours-semaphore"
 )
+
+// SemaphorePermits is the number of permits of OursSemaphore's semaphores.
+const SemaphorePermits = 3
 
 // NewImpl configures kind over the nodes at addrs ("host:port").
 func NewImpl(kind Kind, addrs []string) (Impl, error) {
 	switch kind {
-	case Ours, OursNoFence, OursNoGuard:
+	case Ours, OursNoFence, OursNoGuard, OursSemaphore:
 		urls := make([]string, len(addrs))
 		for i, a := range addrs {
 			urls[i] = "redis://" + a
@@ -94,6 +108,9 @@ func NewImpl(kind Kind, addrs []string) (Impl, error) {
 		c, err := redlock.Dial(urls, opts...)
 		if err != nil {
 			return nil, err
+		}
+		if kind == OursSemaphore {
+			return &semaphoreImpl{c: c}, nil
 		}
 		return &oursImpl{c: c}, nil
 	case RedsyncDefault, RedsyncTuned:
@@ -115,6 +132,12 @@ func NewImpl(kind Kind, addrs []string) (Impl, error) {
 	case Redislock:
 		c := nodeClient(kind, addrs[0])
 		return &redislockImpl{rdb: c, c: redislock.New(c)}, nil
+	case Limit:
+		l := &limitImpl{quorum: len(addrs)/2 + 1}
+		for _, a := range addrs {
+			l.clients = append(l.clients, nodeClient(kind, a))
+		}
+		return l, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -141,6 +164,25 @@ func redsyncOptions(kind Kind) []redsync.Option {
 // --- ours ---
 
 type oursImpl struct{ c *redlock.Client }
+
+type semaphoreImpl struct{ c *redlock.Client }
+
+func (o *semaphoreImpl) Op(ctx context.Context, key string) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	sem, err := o.c.Semaphore(key, SemaphorePermits)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := sem.TryAcquire(ctx, TTL)
+	acq := time.Now()
+	if err != nil {
+		return acq.Sub(start), 0, err
+	}
+	err = p.Release(ctx)
+	return acq.Sub(start), time.Since(acq), err
+}
+
+func (o *semaphoreImpl) Close() { _ = o.c.Close() }
 
 func (o *oursImpl) Op(ctx context.Context, key string) (time.Duration, time.Duration, error) {
 	start := time.Now()
@@ -243,6 +285,56 @@ wait:
 
 func (f *floorImpl) Close() {
 	for _, c := range f.clients {
+		_ = c.Close()
+	}
+}
+
+// --- the limit: a majority's round trip, twice ---
+
+type limitImpl struct {
+	clients []*redis.Client
+	quorum  int
+	wg      sync.WaitGroup // the PINGs still out, waited for by Close
+}
+
+var errLimitNoQuorum = errors.New("limit: PING not answered by a majority")
+
+// phase sends PING to every node and returns once quorum of them answered.
+func (l *limitImpl) phase(ctx context.Context) error {
+	answered := make(chan error, len(l.clients))
+	for _, c := range l.clients {
+		l.wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, NodeTimeout)
+			defer cancel()
+			answered <- c.Ping(pctx).Err()
+		})
+	}
+	ok := 0
+	for range l.clients {
+		if err := <-answered; err == nil {
+			ok++
+			if ok == l.quorum {
+				return nil
+			}
+		}
+	}
+	return errLimitNoQuorum
+}
+
+func (l *limitImpl) Op(ctx context.Context, _ string) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	err := l.phase(ctx)
+	acq := time.Now()
+	if err != nil {
+		return acq.Sub(start), 0, err
+	}
+	err = l.phase(ctx)
+	return acq.Sub(start), time.Since(acq), err
+}
+
+func (l *limitImpl) Close() {
+	l.wg.Wait()
+	for _, c := range l.clients {
 		_ = c.Close()
 	}
 }

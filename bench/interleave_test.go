@@ -39,7 +39,7 @@ func TestInterleavedC1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Stop()
+		defer s.Close()
 		srv = append(srv, s)
 	}
 	addrs := addrsOf(srv)
@@ -69,7 +69,7 @@ func TestInterleavedC1(t *testing.T) {
 		if !slowlog {
 			break
 		}
-		a := AdminClient(s.Addr)
+		a := AdminClient(s.Addr())
 		a.ConfigSet(ctx, "slowlog-log-slower-than", "0")
 		a.ConfigSet(ctx, "slowlog-max-len", "100000")
 		a.SlowLogReset(ctx)
@@ -117,7 +117,7 @@ func TestInterleavedC1(t *testing.T) {
 	}
 	by := map[string]*agg{}
 	for _, s := range srv {
-		a := AdminClient(s.Addr)
+		a := AdminClient(s.Addr())
 		logs, err := a.SlowLogGet(ctx, -1).Result()
 		a.Close()
 		if err != nil {

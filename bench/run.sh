@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every side-by-side benchmark once (cases 1-9) and prints
+# Runs every side-by-side benchmark once (cases 1-9, the round-trip cases)
+# and prints
 # the tables, the ratios within this run and the targets met or missed.
 #
 #   bench/run.sh                     # everything, about 2 minutes on 2 cores
@@ -41,6 +42,7 @@ cmd=(go test -run '^$' -bench "$BENCH" -benchmem -benchtime="$BENCHTIME" -timeou
   echo "# $(redis-server --version)"
   echo "# $(go version)"
   echo "# library: $lib"
+  echo "# load average at start (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$raw"
 
 start=$(date +%s)
@@ -50,6 +52,7 @@ status=${PIPESTATUS[0]}
 set -e
 end=$(date +%s)
 echo "# wall time: $((end - start)) s" >>"$raw"
+echo "# load average at end (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw"
 
 go run ./cmd/benchtable -node-timeout 100ms <"$raw" | tee "$md"
 echo

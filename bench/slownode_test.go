@@ -131,10 +131,10 @@ func TestSlowNodeLeavesNoKeys(t *testing.T) {
 			}
 			t.Fatal(err)
 		}
-		defer s.Stop()
+		defer s.Close()
 		srv[i] = s
 	}
-	p, err := chaos.NewProxy(srv[4].Addr)
+	p, err := chaos.NewProxy(srv[4].Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestSlowNodeLeavesNoKeys(t *testing.T) {
 	tr := &nodeTrace{cmds: map[string][]tracedCmd{}, written: map[string]int{}}
 	clients := make([]redis.UniversalClient, len(srv))
 	for i, s := range srv {
-		addr := s.Addr
+		addr := s.Addr()
 		if i == 4 {
 			addr = p.Addr()
 		}
@@ -186,7 +186,7 @@ func TestSlowNodeLeavesNoKeys(t *testing.T) {
 	stale := 0
 	why := map[string]int{}
 	for i, s := range srv {
-		keys, err := AdminClient(s.Addr).Keys(ctx, "bench:slow:*").Result()
+		keys, err := AdminClient(s.Addr()).Keys(ctx, "bench:slow:*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}

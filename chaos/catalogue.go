@@ -217,7 +217,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "amnesia-unguarded", Summary: "the overlap of two quorums restarts without its data; amnesia guard off",
-			Expect: Unsafe, Why: "the restarted nodes grant the key again and, with the nodes that were cut off, form a second quorum; their lost fencing counters are re-created from the node clock, above the first holder's token, so the tokens stay in order (checked) and the fenced resource refuses the stale writes, but mutual exclusion is gone",
+			Expect: Unsafe, Why: "the restarted nodes grant the key again and, with the nodes that were cut off, form a second quorum; their lost fencing counters are re-created from the clock (B's, as its attempt began, or the node's), above the first holder's token, so the tokens stay in order (checked) and the fenced resource refuses the stale writes, but mutual exclusion is gone",
 			Workload: holderAndRival, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
 			Faults: amnesiaFaults,
 		},
@@ -229,7 +229,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "churn-guarded", Summary: "6 clients while random minorities are killed and brought back, and single nodes restart without data; guard on",
-			Expect: Safe, Why: "the guard quarantines every node that lost the key's history, and a lost counter is re-seeded from the node's clock, so tokens keep increasing in holder order",
+			Expect: Safe, Why: "the guard quarantines every node that lost the key's history, and a lost counter is re-seeded from the clock, so tokens keep increasing in holder order",
 			Workload: churn, Duration: 2 * trialLength, Availability: Available, MinNodes: 3,
 			Faults: []Fault{
 				{At: trialLength / 5, Nodes: NodeSet{Pick: PickRandomMinority}, Action: ActionKill, For: trialLength / 3},
@@ -281,9 +281,10 @@ func Catalogue() []Scenario {
 	}
 }
 
-// Find returns the built-in scenario with the given name.
+// Find returns the built-in scenario with the given name: one of the
+// catalogue, SemaphoreScenarios, or the multi-key lock's (multilock.go).
 func Find(name string) (Scenario, bool) {
-	for _, s := range Catalogue() {
+	for _, s := range append(append(Catalogue(), SemaphoreScenarios()...), multiScenarios()...) {
 		if s.Name == name {
 			return s, true
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/d3b93e30/redlock/internal/execjob"
@@ -29,10 +30,11 @@ type watchedJob struct {
 	done     chan execjob.Status
 	exited   chan struct{} // closed when the job has exited, after exitedAt is set
 	exitedAt time.Time
+	note     func(at time.Time, text string)
 }
 
-func watchJob(g *execjob.Group) *watchedJob {
-	j := &watchedJob{Group: g, done: make(chan execjob.Status, 1), exited: make(chan struct{})}
+func watchJob(g *execjob.Group, note func(at time.Time, text string)) *watchedJob {
+	j := &watchedJob{Group: g, done: make(chan execjob.Status, 1), exited: make(chan struct{}), note: note}
 	go func() {
 		st := <-g.Done()
 		j.exitedAt = time.Now()
@@ -43,6 +45,24 @@ func watchJob(g *execjob.Group) *watchedJob {
 }
 
 func (j *watchedJob) Done() <-chan execjob.Status { return j.done }
+
+// Signal sends sig to the job's group, as Supervise asks, and notes when
+// SIGTERM and SIGKILL were sent while the job's exit was not yet seen. The
+// hold ends when the exit is seen, a little after the job died; no process
+// of the group runs after SIGKILL, so a trial whose job outlived its lock
+// then shows which came late: the supervisor's SIGKILL, or only the
+// sighting of the exit.
+func (j *watchedJob) Signal(sig syscall.Signal) {
+	j.Group.Signal(sig)
+	name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL"}[sig]
+	select {
+	case <-j.exited:
+	default:
+		if name != "" {
+			j.note(time.Now(), "the job's group was sent "+name)
+		}
+	}
+}
 
 // holdExec is one hold in ModeExec. It reports whether the lock was
 // acquired.
@@ -72,7 +92,7 @@ func (h *holder) holdExec(ctx context.Context, n int) bool {
 		_ = lease.Release(bg)
 		return true
 	}
-	job := watchJob(g)
+	job := watchJob(g, func(at time.Time, text string) { h.o.Note(at, fmt.Sprintf("client %d: %s", h.i, text)) })
 	supervised := make(chan int, 1)
 	go func() {
 		// The trial's end cancels ctx: the job gets SIGTERM, as a signal

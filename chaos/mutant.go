@@ -100,6 +100,14 @@ func Mutants() []Mutant {
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{ResignWithoutOwnerCheck: true}},
 		{Name: "recampaign-keeps-term", Summary: "Lead, elected again after a loss, keeps the term of its first leadership",
 			Scenarios: []string{"leader-isolated"}, knobs: &mutation.Knobs{LeadKeepsTerm: true}},
+		{Name: "semaphore-extra-permit", Summary: "a semaphore of N permits has N+1 slots, so N+1 hold at once",
+			Scenarios: []string{"semaphore-contention"}, knobs: &mutation.Knobs{SemaphoreExtraSlot: true}},
+		{Name: "semaphore-slot-without-nx", Summary: "a semaphore slot is granted while another holder has it (SET without NX)",
+			Scenarios: []string{"semaphore-contention"},
+			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: setNX, New: "ARGV[1], 'PX'"}}},
+		{Name: "multi-partial-grant", Summary: "a multi-key lock is granted on a node where some of its keys are free, setting only those",
+			Scenarios: []string{"multi-key"},
+			rewrites:  []mutation.Rewrite{{Script: "multi-acquire", Old: "if #held > 0 then", New: "if #held >= 2 * k then"}}},
 	}
 }
 
@@ -122,6 +130,9 @@ func (m Mutant) check() error {
 	}
 	if m.knobs == nil && len(m.opts) == 0 && len(m.rewrites) == 0 {
 		return fmt.Errorf("chaos: mutant %s changes nothing", m.Name)
+	}
+	if !mutation.Available() {
+		return fmt.Errorf("chaos: mutant %s: the library was built without its mutant hooks: build with -tags %s", m.Name, mutation.Tag)
 	}
 	if _, err := mutation.Compile(m.rewrites); err != nil {
 		return fmt.Errorf("chaos: mutant %s: %w", m.Name, err)

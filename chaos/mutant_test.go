@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 // longer occurs in the script (the script changed) fails here instead of
 // silently testing the correct lock.
 func TestMutants_Apply(t *testing.T) {
+	needMutants(t)
 	names := map[string]bool{}
 	for _, m := range Mutants() {
 		assert.False(t, names[m.Name], "duplicate mutant %s", m.Name)
@@ -47,6 +49,20 @@ func TestMutants_Apply(t *testing.T) {
 	assert.Error(t, Mutant{Name: "noop"}.check())
 }
 
+// needMutants skips a test that runs mutants in a build without the mutant
+// hooks (the build tag mutation.Tag), and fails it under CI=true, whose test
+// command sets the tag.
+func needMutants(t testing.TB) {
+	t.Helper()
+	if mutation.Available() {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("the mutants need the library's mutant hooks: go test -tags %s", mutation.Tag)
+	}
+	t.Skipf("the mutants need the library's mutant hooks: go test -tags %s", mutation.Tag)
+}
+
 func scriptSHA(src string) string { return mutation.SHA(src) }
 
 // mutantTestTrials bounds the trials per scenario in TestMutants_Caught. A
@@ -61,6 +77,7 @@ const mutantTestTrials = 5
 // The harness must catch every mutant in the catalogue: at least one of the
 // mutant's scenarios must report a verdict other than the expected one.
 func TestMutants_Caught(t *testing.T) {
+	needMutants(t)
 	for _, m := range Mutants() {
 		if m.NotCovered != "" {
 			t.Logf("mutant %s not covered: %s", m.Name, m.NotCovered)

@@ -380,6 +380,9 @@ func closeProxies(proxies [][]*Proxy) {
 
 // runTrial runs one trial of s, with the mutant m unless it is nil.
 func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed uint64) (trialResult, error) {
+	if s.Workload.Permits > 0 {
+		return runSemaphoreTrial(ctx, cluster, s, m, seed)
+	}
 	if s.ElapsedSubtracted && len(s.validityCaps(len(cluster.Nodes()))) == 0 {
 		return trialResult{}, fmt.Errorf("chaos: %s checks the elapsed time, but no fault delays a client's replies on a majority from the start", s.Name)
 	}
@@ -457,6 +460,14 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 		tr.info = append(tr.info, note)
 	}
 	tr.info = append(tr.info, tokenOrderNotes(tr.history)...)
+	if s.Expect == Safe && tr.report.Violations > 0 {
+		// A surprise: what the clients noted, and when, goes with the
+		// trial's verdict (for an exec job: when its group was sent
+		// SIGTERM and SIGKILL, and when its exit was seen).
+		for _, n := range tr.history.Notes {
+			tr.info = append(tr.info, fmt.Sprintf("at %.1f ms: %s", n.AtMS, n.Text))
+		}
+	}
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)
 	}

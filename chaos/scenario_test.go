@@ -140,6 +140,7 @@ func TestRun_LivenessMisses(t *testing.T) {
 	assert.Equal(t, Broken, res.Observed, "no trial passed the liveness check")
 	assert.Contains(t, res.Notes, "4 of 4 trials missed the scenario's liveness check: every trial did, so the verdict is broken")
 
+	needMutants(t)
 	i := slices.IndexFunc(Mutants(), func(m Mutant) bool { return m.Name == "keepalive-never-extends" })
 	require.GreaterOrEqual(t, i, 0)
 	mres, err := RunMutant(ctx, cluster, s, Mutants()[i], 4, 1, nil)
@@ -284,6 +285,7 @@ func TestScenario_DelayedRepliesHolderStopsInTime(t *testing.T) {
 	assert.Equal(t, 2, res.Acquisitions, "the holder and then the rival")
 	assert.Zero(t, res.Violations)
 
+	needMutants(t)
 	m, ok := findMutant("no-elapsed")
 	require.True(t, ok)
 	res, err = RunMutant(ctx, cluster, s, m, 3, 3, nil)

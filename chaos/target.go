@@ -68,14 +68,14 @@ type Target interface {
 // Target.Undo. Of the Workload it uses Clients, Key, TTL, Hold, HoldOf,
 // WriteEvery, Gap, AcquireTimeout, MaxAcquires, Stagger, StartOn and Pause;
 // settings only Redlock clients have (Modes, Extend, ExtendLate,
-// ExtendReleased) and the checks that need a Cluster (ElapsedSubtracted,
+// ExtendReleased, Permits) and the checks that need a Cluster (ElapsedSubtracted,
 // KeysReleased) are an error wrapping redlock.ErrInvalidArgument. Each trial writes to
 // the plain resource and to a new fencing.Register. The verdict is Run's;
 // the Result's Backend and Clocks are empty, its Nodes is the Target's.
 func RunTarget(ctx context.Context, newTarget func(ctx context.Context, w Workload) (Target, error), s Scenario, trials int, seed uint64, progress func(string)) (Result, error) {
 	res := Result{Scenario: s.Name, Seed: seed, Expect: s.Expect, Why: s.Why, FencedStore: NewRegisterStore().Name()}
 	w := s.Workload
-	if len(w.Modes) > 0 || w.Extend || w.ExtendLate > 0 || w.ExtendReleased || s.ElapsedSubtracted || s.KeysReleased {
+	if len(w.Modes) > 0 || w.Permits > 0 || w.Extend || w.ExtendLate > 0 || w.ExtendReleased || s.ElapsedSubtracted || s.KeysReleased {
 		return res, fmt.Errorf("%w: scenario %s uses settings only a Cluster's Redlock clients have", redlock.ErrInvalidArgument, s.Name)
 	}
 	if w.Clients < 1 {

@@ -198,6 +198,7 @@ func TestRunTarget_RefusesRedlockOnlySettings(t *testing.T) {
 	for name, s := range map[string]Scenario{
 		"modes":         {Name: "m", Workload: Workload{Clients: 1, Modes: []Mode{ModeDo}}},
 		"extend":        {Name: "e", Workload: Workload{Clients: 1, Extend: true}},
+		"permits":       {Name: "p", Workload: Workload{Clients: 1, Permits: 2}},
 		"keys released": {Name: "k", Workload: Workload{Clients: 1}, KeysReleased: true},
 		"no clients":    {Name: "c"},
 	} {

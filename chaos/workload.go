@@ -75,6 +75,10 @@ type Workload struct {
 	// about the guard does not depend on it, and the unguarded ones show
 	// what it prevents.
 	Quarantine time.Duration
+	// Permits, when positive, makes the clients take permits of a
+	// semaphore of that many permits, named by Key, instead of the lock
+	// (semaphore.go).
+	Permits int
 }
 
 // Mode is how a workload client takes and keeps the lock.
@@ -469,6 +473,8 @@ func (h *holder) loop(ctx context.Context) {
 			ok = h.holdElect(ctx, n)
 		case ModeLead:
 			ok = h.holdLead(ctx, n)
+		case ModeMulti:
+			ok = h.holdMulti(ctx, n) // multilock.go
 		default:
 			ok = h.holdLock(ctx, n)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/d3b93e30/redlock/chaos"
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // quietLogger drops go-redis's internal log lines.
@@ -54,8 +55,8 @@ Markdown page.
 Exits 1 if any observed verdict differs from the expected one, or if every
 scenario was skipped.
 
-With --mutants it runs the harness against deliberately broken builds of the
-lock instead (a quorum of one, no owner check on release, ...) and prints
+With --mutants (in a redlock built with -tags redlock_mutants) it runs the
+harness against deliberately broken builds of the lock instead (a quorum of one, no owner check on release, ...) and prints
 which scenarios caught each one; it exits 1 if a mutant was not caught.
 
 By default it runs every scenario on 5 in-process nodes (no set-up).
@@ -207,6 +208,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if f.mutants && len(f.scenarios) > 0 {
 		fmt.Fprintln(stderr, "redlock chaos: --mutants runs each mutant's own scenarios; drop --scenario")
+		return exitUsage
+	}
+	if f.mutants && !mutation.Available() {
+		fmt.Fprintf(stderr, "redlock chaos: --mutants needs a redlock built with the mutant hooks: go run -tags %s ./cmd/redlock chaos --mutants\n", mutation.Tag)
 		return exitUsage
 	}
 	if len(f.scenarios) > 0 {

@@ -51,6 +51,14 @@ redlock keeps a record of the holder (host name, process id, since when)
 beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
 tag}), for 'redlock status' to show.
 
+With --permits N (N ≥ 2), KEY names a counting semaphore instead (as
+'consul lock -n'): at most N hosts run COMMAND at once, each holding one of
+N permits, every one a lock of its own on {KEY}:permit:0 .. {KEY}:permit:N-1
+(KEY:permit:I if KEY has a {hash tag}); the rest of this text applies to the
+permit as to the lock. Every host must give the same N; 'redlock status --key'
+shows a permit by its key. --fence-env gives the permit's token, which
+increases from holder to holder of the same permit only.
+
 COMMAND runs in a process group of its own under a small watchdog process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
 group, which gets SIGKILL if COMMAND is still running --grace later; then the
@@ -134,6 +142,7 @@ type execFlags struct {
 	nodeTimeout      time.Duration
 	quarantine       time.Duration
 	minHold          time.Duration
+	permits          int
 	releaseOnFailure bool
 	fenceEnv         string
 	busyExit         int
@@ -157,6 +166,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
+	fs.IntVar(&f.permits, "permits", 1, "run COMMAND on at most this many hosts at once: KEY names a semaphore of that many permits (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
@@ -213,6 +223,8 @@ func (f execFlags) check() error {
 	switch {
 	case f.releaseOnFailure && f.minHold == 0:
 		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
+	case f.permits < 1 || f.permits > redlock.MaxPermits:
+		return fmt.Errorf("--permits %d must be in 1..%d", f.permits, redlock.MaxPermits)
 	case f.busyExit < 0 || f.busyExit > 255:
 		return fmt.Errorf("--busy-exit %d must be in 0..255", f.busyExit)
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
@@ -382,6 +394,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if lock == nil {
 		return code
 	}
+	if f.permits > 1 {
+		f.key = lock.Key() // the holder record sits beside the permit's key
+	}
 	f.warnNodes(stderr, conns, lock.Nodes())
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
@@ -507,7 +522,7 @@ func holdFor(ctx context.Context, f execFlags, acquired time.Time, code int, lea
 // status.
 func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConns, f execFlags, sigs <-chan os.Signal, stderr io.Writer) (*redlock.Lock, int) {
 	wctx, stopWatching := watchSignals(ctx, sigs)
-	lock, err := client.Acquire(wctx, f.key, f.ttl, redlock.WithRetry(retryWithin(f.wait)))
+	lock, err := acquireKey(wctx, client, f)
 	if sig := stopWatching(); sig != nil {
 		if lock != nil {
 			_ = lock.Release(context.WithoutCancel(ctx))
@@ -519,6 +534,24 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 		return nil, notAcquired(ctx, conns, f, err, stderr)
 	}
 	return lock, 0
+}
+
+// acquireKey takes the lock on --key, or with --permits one permit of the
+// semaphore --key, retrying while busy until --wait has passed.
+func acquireKey(ctx context.Context, client *redlock.Client, f execFlags) (*redlock.Lock, error) {
+	retry := redlock.WithRetry(retryWithin(f.wait))
+	if f.permits <= 1 {
+		return client.Acquire(ctx, f.key, f.ttl, retry)
+	}
+	sem, err := client.Semaphore(f.key, f.permits)
+	if err != nil {
+		return nil, err
+	}
+	p, err := sem.Acquire(ctx, f.ttl, retry)
+	if err != nil {
+		return nil, err
+	}
+	return p.Lock, nil
 }
 
 // retryWithin is the library's DefaultRetry cut off at wait from now: the

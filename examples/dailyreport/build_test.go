@@ -152,6 +152,21 @@ func TestBuildReportLostLockStopsTheBuildAndFencesTheWrite(t *testing.T) {
 		l, err := podA.Acquire(ctx, acmeKey, dailyreport.TTL) // reentrant: the held lock
 		require.NoError(t, err)
 		tokenA = l.Token()
+		// The keys go as they would expire during a long pause: once the
+		// acquisition has vouched for every node (amnesia guard), as it
+		// does a few milliseconds after a key's first use.
+		require.Eventually(t, func() bool {
+			states, err := podA.Inspect(ctx, acmeKey)
+			if err != nil {
+				return false
+			}
+			for _, st := range states {
+				if !st.Trusted {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 5*time.Millisecond, "the acquisition vouches for every node")
 		for _, m := range ms {
 			m.Del(acmeKey)
 		}

@@ -44,8 +44,10 @@ import (
 const TTL = 15 * time.Second
 
 // Attempts is how many times BuildReport tries to take a report's lock
-// before it reports the report busy.
-const Attempts = 5
+// before it reports the report busy: the first attempt of pods that start
+// together fails only when none of them won a majority of the nodes, and
+// a second one, at a jittered delay, settles that; the third is a margin.
+const Attempts = 3
 
 // ErrResourceLocked means another owner holds the report's lock: the work did
 // not run. A worker that gets it moves on to the next report. The error also
@@ -108,11 +110,11 @@ func (s *Store) Load(ctx context.Context, clientID string) (report []byte, token
 // it:
 //
 //   - A few attempts (Attempts, with jittered delays up to 100 ms): pods
-//     that start at the same moment split a vote now and then, and on a
-//     key's first use the amnesia guard counts a grant only when every node
-//     agrees the key is new, so simultaneous first uses can all fail once.
-//     When another pod still holds the lock after them it returns an error
-//     matching redlock.ErrTaken (and ErrResourceLocked), without building.
+//     that start at the same moment split a vote now and then (one of them
+//     wins when its grants are a majority, on a key's first use too; when
+//     none is, they all fail once). When another pod still holds the lock
+//     after them it returns an error matching redlock.ErrTaken (and
+//     ErrResourceLocked), without building.
 //   - Under the lock it asks store first: a report already there (another
 //     pod built it since this one looked) is not built again (false, nil).
 //   - build runs under locks.Do: the lock is extended every TTL/3 while it

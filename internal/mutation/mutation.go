@@ -15,7 +15,10 @@
 //     script: when the script text changes, Check fails instead of the
 //     mutant silently becoming the correct lock.
 //
-// The package is internal: only the chaos harness uses it.
+// The library connects to it only in a build with the redlock_mutants build
+// tag (Tag): `go test -tags redlock_mutants ./chaos`, or a redlock binary
+// built so for `redlock chaos --mutants`. The package is internal: only the
+// chaos harness uses it.
 package mutation
 
 import (
@@ -60,6 +63,8 @@ type Knobs struct {
 	// LeadKeepsTerm makes Lead give every leadership after its first
 	// the first one's term.
 	LeadKeepsTerm bool
+	// SemaphoreExtraSlot gives a semaphore of N permits N+1 slots.
+	SemaphoreExtraSlot bool
 }
 
 // Quorum returns the number of votes a Client of n nodes needs, given the
@@ -106,15 +111,31 @@ func (k *Knobs) ResignsBlindly() bool { return k != nil && k.ResignWithoutOwnerC
 // RecampaignKeepsTerm reports whether Lead must keep its first term.
 func (k *Knobs) RecampaignKeepsTerm() bool { return k != nil && k.LeadKeepsTerm }
 
+// Slots returns the number of slots of a semaphore of n permits.
+func (k *Knobs) Slots(n int) int {
+	if k != nil && k.SemaphoreExtraSlot {
+		return n + 1
+	}
+	return n
+}
+
 // NewOption returns a redlock.Option (as any, to avoid an import cycle)
-// that makes a Client use k. The root package sets it in an init function;
-// it is nil in a program that does not link the root package.
+// that makes a Client use k. The root package sets it in an init function
+// of a build with the redlock_mutants tag; it is nil in any other build (see
+// Available).
 var NewOption func(k *Knobs) any
 
 // Scripts maps the name of each Lua script of the library ("acquire",
-// "release", ...) to its source. The root package fills it in an init
-// function.
+// "release", ...) to its source. The root package fills it in the same init
+// function as NewOption.
 var Scripts = map[string]string{}
+
+// Tag is the build tag that puts the mutant hooks into the library.
+const Tag = "redlock_mutants"
+
+// Available reports whether this program was built with the mutant hooks
+// (the build tag Tag): without them no mutant can run.
+func Available() bool { return NewOption != nil }
 
 // Rewrite replaces Old by New in the named library script, a script-level
 // mutation. Old must occur in the script.

@@ -21,9 +21,9 @@ import (
 // any resource name; these two are the ones its Report summarises in fields of
 // their own.
 const (
-	// ResourcePlain names the unfenced resource (chaos.PlainResource).
+	// ResourcePlain names the unfenced resource (the chaos harness's, which accepts every write).
 	ResourcePlain = "plain"
-	// ResourceFenced names the fenced resource (chaos.FencedResource, a fencing.Register).
+	// ResourceFenced names the fenced resource (a chaos.FencedStore, by default a fencing.Register).
 	ResourceFenced = "fenced"
 )
 

@@ -13,12 +13,12 @@ import (
 	"github.com/d3b93e30/redlock/fencing"
 )
 
-// plainStore accepts every write, as chaos.PlainResource does.
+// plainStore accepts every write, as the chaos harness's plain resource does.
 type plainStore struct{}
 
 func (plainStore) Write(uint64, string) bool { return true }
 
-// fencedStore refuses what fencing.Register refuses, as chaos.FencedResource
+// fencedStore refuses what fencing.Register refuses, as the chaos harness's FencedStore
 // does.
 type fencedStore struct{ g fencing.Register }
 

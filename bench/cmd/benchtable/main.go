@@ -54,9 +54,65 @@ func parse(r io.Reader, meta io.Writer) ([]row, error) {
 			}
 			rw.m[f[i+1]] = v
 		}
-		rows = append(rows, rw)
+		rows = append(rows, expand(rw)...)
 	}
 	return rows, sc.Err()
+}
+
+// variantOrder is the order of the rows expand makes (others after them,
+// by name).
+var variantOrder = []string{"limit", "ours", "ours-noguard", "ours-fresh", "ours-noguard-fresh", "redsync-tuned", "redsync-default"}
+
+// expand turns a benchmark line whose metrics are named "variant:unit" (the
+// round-trip cases measure every variant in one benchmark, interleaved)
+// into one row per variant, named "<benchmark>/<variant>", with that
+// variant's metrics, the line's plain metrics, and as runs its "ops".
+func expand(rw row) []row {
+	var out []row
+	byVariant := map[string]int{}
+	plain := map[string]float64{}
+	for unit, v := range rw.m {
+		variant, u, ok := strings.Cut(unit, ":")
+		if !ok {
+			plain[unit] = v
+			continue
+		}
+		i, seen := byVariant[variant]
+		if !seen {
+			i = len(out)
+			byVariant[variant] = i
+			out = append(out, row{name: rw.name + "/" + variant, m: map[string]float64{}})
+		}
+		out[i].m[u] = v
+	}
+	if len(out) == 0 {
+		return []row{rw}
+	}
+	rank := func(r row) int {
+		_, v, _ := strings.Cut(strings.TrimPrefix(r.name, rw.name), "/")
+		if i := slices.Index(variantOrder, v); i >= 0 {
+			return i
+		}
+		return len(variantOrder)
+	}
+	slices.SortStableFunc(out, func(a, b row) int {
+		if c := rank(a) - rank(b); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for i := range out {
+		for u, v := range plain {
+			switch u {
+			case "ns/op", "B/op", "allocs/op": // the whole benchmark's
+			default:
+				out[i].m[u] = v
+			}
+		}
+		out[i].n = int64(out[i].m["ops"])
+		delete(out[i].m, "ops")
+	}
+	return out
 }
 
 // columns in display order: unit, header.
@@ -86,8 +142,14 @@ var columns = [][2]string{
 	{"heap-growth-KB", "heap growth KB"},
 	{"heap-B/attempt", "heap B/attempt"},
 	{"attempts", "attempts"},
+	{"handoff-p50-ms", "hand-off p50 ms"},
+	{"handoff-p99-ms", "hand-off p99 ms"},
+	{"rtt-ms", "round trip ms"},
+	{"limit-nominal-us", "limit from the delays µs"},
 	{"cmds/op", "node cmds/op (incl. in scripts)"},
 	{"cpu-us/op", "client CPU µs/op"},
+	{"node-cmd-us/op", "node cmd µs/op"},
+	{"node-cpu-us/op", "node CPU µs/op"},
 	{"stall-ms", "process stall ms"},
 	{"allocs/op", "allocs/op"},
 	{"B/op", "B/op"},
@@ -247,6 +309,7 @@ func main() {
 		{"C1 p50: ours / redislock-1node", c1 + "ours", "p50-us", c1 + "redislock-1node", "p50-us"},
 		{"C1 p50: ours / ours-noguard (the amnesia guard's cost)", c1 + "ours", "p50-us", c1 + "ours-noguard", "p50-us"},
 		{"C1 ns/op: ours / ours-noguard", c1 + "ours", "ns/op", c1 + "ours-noguard", "ns/op"},
+		{"C1 p50: ours-semaphore / ours (a permit vs the lock)", c1 + "ours-semaphore", "p50-us", c1 + "ours", "p50-us"},
 		{"C2 p50: ours slow node / ours no fault (control)", c2 + "ours", "p50-us", c2 + "ours-nofault", "p50-us"},
 		{"C2 acquire p50: ours slow node / ours no fault (control)", c2 + "ours", "acq-p50-us", c2 + "ours-nofault", "acq-p50-us"},
 		{"C2 p50: ours slow node / ours C1", c2 + "ours", "p50-us", c1 + "ours", "p50-us"},
@@ -276,70 +339,40 @@ func main() {
 		ratios = append(ratios, rr{fmt.Sprintf("C7 p50: ours / floor, N=%d", n),
 			fmt.Sprintf("C7Nodes/N=%d/ours", n), "p50-us", fmt.Sprintf("C7Nodes/N=%d/floor", n), "p50-us"})
 	}
+	for _, t := range rttTopologies {
+		p := "RoundTrips/" + t.name + "/"
+		for _, v := range variantOrder[1:] {
+			ratios = append(ratios, rr{"Round trips, " + t.name + ", p50: " + v + " / limit", p + v, "p50-us", p + "limit", "p50-us"})
+		}
+		ratios = append(ratios, rr{"Round trips, " + t.name + ": measured limit / limit from the delays", p + "limit", "p50-us", p + "limit", "limit-nominal-us"})
+	}
+	for _, t := range rttTopologies[:2] {
+		p := "RoundTripContention/" + t.name + "/"
+		ratios = append(ratios,
+			rr{"Contention, " + t.name + ", acq/s: ours / redsync-tuned", p + "ours", "acq/s", p + "redsync-tuned", "acq/s"},
+			rr{"Contention, " + t.name + ", acq/s: ours / redsync-default", p + "ours", "acq/s", p + "redsync-default", "acq/s"})
+	}
 	for _, r := range ratios {
 		c.ratio(r.what, r.an, r.au, r.bn, r.bu)
 	}
 
-	fmt.Fprint(w, "\n### Stretch targets (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
-	ratioTarget := c.ratioTarget
-	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
-	for _, v := range []string{"ours", "ours-nofence"} {
-		ratioTarget("C1 "+v+" p50 ≤ 1.05 × floor", c1+v, "p50-us", c1+"floor", "p50-us", le(1.05))
-		ratioTarget("C1 "+v+" p50 ≤ 0.9 × redsync-tuned", c1+v, "p50-us", c1+"redsync-tuned", "p50-us", le(0.9))
-		ratioTarget("C1 "+v+" p50 ≤ 0.9 × redsync-default", c1+v, "p50-us", c1+"redsync-default", "p50-us", le(0.9))
-		if a, ok := c.get(c1+v, "allocs/op"); ok {
-			c.verdict("C1 "+v+" allocs/op ≤ 90", a <= 90, num(a))
-		} else {
-			c.skip("C1 " + v + " allocs/op ≤ 90")
-		}
-	}
-	for _, f := range []struct{ what, name string }{{"slow (5 ms)", c2}, {"refusing", c3r}, {"blackholed", c3b}} {
-		ratioTarget("ours p50 with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
-		ratioTarget("(acquire only) ours acquire p50 with one "+f.what+" node ≤ 1.2 × without (control)", f.name+"ours", "acq-p50-us", f.name+"ours-nofault", "acq-p50-us", le(1.2))
-	}
-	limit := float64(*nodeTimeout+time.Millisecond) / float64(time.Millisecond)
-	for _, mode := range []string{"process", "host"} {
-		name := "C4NodeKilled/" + mode + "/ours"
-		for _, u := range []struct{ unit, what string }{{"worst-ms", "operation"}, {"worst-acq-ms", "acquire"}, {"worst-rel-ms", "release"}} {
-			if x, ok := c.get(name, u.unit); ok {
-				c.verdict(fmt.Sprintf("node killed (%s): worst %s ≤ %v + 1 ms", mode, u.what, *nodeTimeout), x <= limit, num(x)+" ms")
-			} else {
-				c.skip(fmt.Sprintf("node killed (%s): worst %s", mode, u.what))
-			}
-		}
-	}
-	for _, rs := range []string{"redsync-tuned", "redsync-default"} {
-		ratioTarget("C5 acq/s ≥ 1.5 × "+rs, c5+"ours", "acq/s", c5+rs, "acq/s", ge(1.5))
-		ratioTarget("C5 wait p99 ≤ 0.1 × "+rs, c5+"ours", "wait-p99-ms", c5+rs, "wait-p99-ms", le(0.1))
-	}
-	if x, ok := c.get(c5+"ours", "fairness"); ok {
-		c.verdict("C5 fairness ≥ 0.7", x >= 0.7, num(x))
-	} else {
-		c.skip("C5 fairness ≥ 0.7")
-	}
-	var staleOurs, staleOthers []string
+	var staleOthers []string
 	for _, r := range rows {
-		if s := r.m["stale-keys"]; s > 0 {
-			item := fmt.Sprintf("%s: %s", r.name, num(s))
-			if strings.Contains(r.name, "/ours") {
-				staleOurs = append(staleOurs, item)
-			} else {
-				staleOthers = append(staleOthers, item)
-			}
+		if v := r.m["stale-keys"]; v > 0 && !isOurs(r.name) {
+			staleOthers = append(staleOthers, fmt.Sprintf("%s: %s", r.name, num(v)))
 		}
 	}
-	if len(staleOurs) == 0 {
-		c.verdict("0 stale keys after every case (ours)", true, "0 in every case")
-	} else {
-		c.verdict("0 stale keys after every case (ours)", false, strings.Join(staleOurs, "; "))
-	}
-	c.summary("stretch targets")
+	targets(c, rows, *nodeTimeout)
 	if len(staleOthers) > 0 {
 		slices.Sort(staleOthers)
 		fmt.Fprintf(w, "\nStale keys left by other libraries: %s.\n", strings.Join(staleOthers, "; "))
 	}
-	targets(c, *nodeTimeout)
+}
+
+// isOurs reports whether a row is one of this module's configurations.
+func isOurs(name string) bool {
+	_, v, _ := strings.Cut(name, "/")
+	return strings.Contains("/"+v, "/ours")
 }
 
 // summary prints the counts of the targets checked since the last summary
@@ -374,31 +407,104 @@ func (c *checker) valueTarget(target, name, unit, suffix string, ok func(float64
 	c.verdict(target, ok(x), num(x)+suffix)
 }
 
-// targets prints the performance targets with their own count.
-func targets(c *checker, nodeTimeout time.Duration) {
-	const c1, c5 = "C1Uncontended/", "C5Contention/"
+// rttTopologies are the round-trip cases' topologies, as the benchmarks
+// name them, with what each one is.
+var rttTopologies = []struct{ name, what string }{
+	{"5x0.5ms", "5 nodes 0.5 ms away (one way)"},
+	{"5x2ms", "5 nodes 2 ms away"},
+	{"4x0.5ms+10ms", "4 nodes 0.5 ms away and one 10 ms away"},
+}
+
+// targets prints the performance targets, one list, each named by what it
+// measures, with their count.
+func targets(c *checker, rows []row, nodeTimeout time.Duration) {
+	const c1, c5, rt, rc = "C1Uncontended/", "C5Contention/", "RoundTrips/", "RoundTripContention/"
 	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
 	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
-	fmt.Fprint(c.w, "\n### Targets (ours = default settings, fencing on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
-	c.ratioTarget("C1 ours p50 ≤ 1.0 × redsync-tuned", c1+"ours", "p50-us", c1+"redsync-tuned", "p50-us", le(1.0))
-	c.ratioTarget("C1 ours p50 ≤ 1.15 × floor", c1+"ours", "p50-us", c1+"floor", "p50-us", le(1.15))
-	c.ratioTarget("C1 ours-nofence p50 ≤ 1.05 × floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
-	c.ratioTarget("C1 ours allocs/op ≤ 1.5 × floor's", c1+"ours", "allocs/op", c1+"floor", "allocs/op", le(1.5))
+	fmt.Fprint(c.w, "\n### Targets (ours = default settings: fencing and the amnesia guard on)\n\n| target | figure | verdict |\n| --- | --- | --- |\n")
+
+	// Round trips as on a network.
+	for _, t := range rttTopologies {
+		p := rt + t.name + "/"
+		c.ratioTarget("Acquire + release, "+t.what+", names reused, p50: ours ≤ 1.1 × the limit (2 round trips to the 3rd fastest node)", p+"ours", "p50-us", p+"limit", "p50-us", le(1.1))
+		if t.name != "4x0.5ms+10ms" {
+			c.ratioTarget("Acquire + release, "+t.what+", p50: ours ≤ 1.0 × redsync-tuned", p+"ours", "p50-us", p+"redsync-tuned", "p50-us", le(1.0))
+			c.ratioTarget("Acquire + release, "+t.what+", p50: ours ≤ 1.0 × redsync-default", p+"ours", "p50-us", p+"redsync-default", "p50-us", le(1.0))
+		}
+		c.ratioTarget("Acquire + release, "+t.what+", names reused, p50: amnesia guard on ≤ 1.05 × off", p+"ours", "p50-us", p+"ours-noguard", "p50-us", le(1.05))
+		c.ratioTarget("Acquire + release, "+t.what+", a new name each time, p50: amnesia guard on ≤ 1.05 × off", p+"ours-fresh", "p50-us", p+"ours-noguard-fresh", "p50-us", le(1.05))
+	}
+
+	// What a client pays.
+	c.ratioTarget("Client CPU per acquire + release, loopback (5 nodes): ours ≤ 1.0 × redsync-tuned", c1+"ours", "cpu-us/op", c1+"redsync-tuned", "cpu-us/op", le(1.0))
+	c.ratioTarget("Client CPU per acquire + release, 5 nodes 0.5 ms away: ours ≤ 1.0 × redsync-tuned", rt+"5x0.5ms/ours", "cpu-us/op", rt+"5x0.5ms/redsync-tuned", "cpu-us/op", le(1.0))
+	c.ratioTarget("Allocations per acquire + release, loopback: ours ≤ 1.5 × plain go-redis (the floor)", c1+"ours", "allocs/op", c1+"floor", "allocs/op", le(1.5))
+
+	// Loopback latency.
+	c.ratioTarget("Acquire + release on loopback (5 nodes sharing the client's 2 cores), p50: ours ≤ 1.0 × redsync-tuned", c1+"ours", "p50-us", c1+"redsync-tuned", "p50-us", le(1.0))
+	c.ratioTarget("Acquire + release on loopback, p50: ours ≤ 1.15 × the floor", c1+"ours", "p50-us", c1+"floor", "p50-us", le(1.15))
+	c.ratioTarget("Acquire + release on loopback, fencing off, p50: ≤ 1.05 × the floor", c1+"ours-nofence", "p50-us", c1+"floor", "p50-us", le(1.05))
+	c.ratioTarget("Acquire + release on loopback, a new name each time, p50: amnesia guard on ≤ 1.05 × off", c1+"ours", "p50-us", c1+"ours-noguard", "p50-us", le(1.05))
+	c.ratioTarget("Acquire + release on loopback, p50: a semaphore permit (of 3) ≤ 1.2 × the lock", c1+"ours-semaphore", "p50-us", c1+"ours", "p50-us", le(1.2))
+	c.ratioTarget("Acquire + release, a multi-key lock of 4 keys, p50: ≤ 1.2 × one key's (Acquire), interleaved", "MultiLock/interleaved", "multi4-p50-us", "MultiLock/interleaved", "one-p50-us", le(1.2))
+
+	// Faults.
 	for _, f := range []struct{ what, name string }{{"slow (5 ms)", "C2SlowNode/"}, {"refusing", "C3RefusingNode/"}, {"blackholed", "C3BlackholedNode/"}} {
-		c.ratioTarget("ours p50 (acquire + release) with one "+f.what+" node ≤ 1.2 × ours without (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
-		c.valueTarget("ours with one "+f.what+" node: 0 stale keys once the Client is closed", f.name+"ours", "stale-keys", "", le(0))
+		c.ratioTarget("Acquire + release with one "+f.what+" node, p50: ≤ 1.2 × the same without the fault (control)", f.name+"ours", "p50-us", f.name+"ours-nofault", "p50-us", le(1.2))
+		c.valueTarget("Keys left with one "+f.what+" node once the Client is closed: 0", f.name+"ours", "stale-keys", "", le(0))
 	}
 	limit := float64(nodeTimeout+time.Millisecond) / float64(time.Millisecond)
 	for _, mode := range []string{"process", "host"} {
-		c.valueTarget(fmt.Sprintf("C4 node killed (%s): worst operation ≤ %v + 1 ms", mode, nodeTimeout), "C4NodeKilled/"+mode+"/ours", "worst-ms", " ms", le(limit))
+		c.valueTarget(fmt.Sprintf("Node killed mid-run (%s): worst operation ≤ the per-node timeout (%v) + 1 ms", mode, nodeTimeout), "C4NodeKilled/"+mode+"/ours", "worst-ms", " ms", le(limit))
 	}
-	c.ratioTarget("C5 acq/s ≥ 1.5 × redsync-tuned", c5+"ours", "acq/s", c5+"redsync-tuned", "acq/s", ge(1.5))
-	c.ratioTarget("C5 wait p99 ≤ 0.2 × redsync-tuned", c5+"ours", "wait-p99-ms", c5+"redsync-tuned", "wait-p99-ms", le(0.2))
-	c.valueTarget("C5 fairness ≥ 0.7", c5+"ours", "fairness", "", ge(0.7))
-	c.valueTarget("C5 0 overlaps", c5+"ours", "overlaps", "", le(0))
+
+	// Hand-off under contention.
+	for _, t := range rttTopologies[:2] {
+		p := rc + t.name + "/ours"
+		rtt, ok1 := c.get(p, "rtt-ms")
+		h, ok2 := c.get(p, "handoff-p50-ms")
+		what := "Hand-off under contention (16 clients, one key), " + t.what + ": release start to next grant p50 ≤ 2 round trips + 1 ms"
+		if ok1 && ok2 {
+			c.verdict(what, h <= 2*rtt+1, fmt.Sprintf("%s ms (round trip %s ms: bound %s ms)", num(h), num(rtt), num(2*rtt+1)))
+		} else {
+			c.skip(what)
+		}
+		c.valueTarget("Contention, "+t.what+": fairness (fewest / most acquisitions of one client) ≥ 0.95", p, "fairness", "", ge(0.95))
+		c.valueTarget("Contention, "+t.what+": attempts per acquisition ≤ 1.1 (one waiter woken per release)", p, "attempts/acq", "", le(1.1))
+		c.ratioTarget("Contention, "+t.what+": acquisitions/s ≥ 1.0 × redsync-tuned (1 ms hold)", p, "acq/s", rc+t.name+"/redsync-tuned", "acq/s", ge(1.0))
+	}
+	c.ratioTarget("Contention on loopback: acquisitions/s ≥ 1.0 × redsync-tuned (1 ms hold)", c5+"ours", "acq/s", c5+"redsync-tuned", "acq/s", ge(1.0))
+	c.ratioTarget("Contention on loopback: wait p99 ≤ 0.2 × redsync-tuned", c5+"ours", "wait-p99-ms", c5+"redsync-tuned", "wait-p99-ms", le(0.2))
+	c.valueTarget("Contention on loopback: fairness ≥ 0.95", c5+"ours", "fairness", "", ge(0.95))
+	c.valueTarget("Contention on loopback: attempts per acquisition ≤ 1.1 (one waiter woken per release)", c5+"ours", "attempts/acq", "", le(1.1))
+	overlaps, found := 0.0, false
+	for _, r := range rows {
+		if v, ok := r.m["overlaps"]; ok && isOurs(r.name) {
+			overlaps += v
+			found = true
+		}
+	}
+	if found {
+		c.verdict("Contention: two holders at once: 0", overlaps == 0, num(overlaps))
+	} else {
+		c.skip("Contention: two holders at once: 0")
+	}
+
+	// Bursts, memory, keys left.
 	const burst = "Burst/ttl=2s/ours"
 	c.valueTarget("Burst (200 at once, 2 s TTL, defaults): ≥ 99 % succeed on the first attempt", burst, "first-try-%", " %", ge(99))
 	c.valueTarget("Burst: no healthy node reported timed out", burst, "timedout/burst", " per burst", le(0))
 	c.valueTarget("One Acquire failing 3,500 times: heap grows ≤ 5 KB", "AcquireMemory/ours", "heap-growth-KB", " KB", le(5))
+	var staleOurs []string
+	for _, r := range rows {
+		if v := r.m["stale-keys"]; v > 0 && isOurs(r.name) {
+			staleOurs = append(staleOurs, fmt.Sprintf("%s: %s", r.name, num(v)))
+		}
+	}
+	fig := "0 in every case"
+	if len(staleOurs) > 0 {
+		fig = strings.Join(staleOurs, "; ")
+	}
+	c.verdict("Keys left by ours after every case: 0", len(staleOurs) == 0, fig)
 	c.summary("targets")
 }

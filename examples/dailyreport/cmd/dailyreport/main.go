@@ -176,11 +176,12 @@ func nodeURLs(flagValue string) (urls []string, where string, stop func(), err e
 }
 
 // preflight takes and releases a lock once, so that unreachable nodes give
-// one clear error instead of rounds that never end.
+// one clear error (after 10 s of attempts) instead of rounds that never end.
+// It retries: one attempt's votes can time out on a busy machine.
 func preflight(c *redlock.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := c.TryAcquire(ctx, "dailyreport:preflight", dailyreport.TTL, redlock.WithFencing(false))
+	l, err := c.Acquire(ctx, "dailyreport:preflight", dailyreport.TTL, redlock.WithFencing(false))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package redlock
+package nodecall
 
 // The per-node timeout measures the node, not the client's own queue. A
 // go-redis client runs at most PoolSize commands on a node at once; the rest
@@ -29,7 +29,7 @@ import (
 // start-up, not queueing, and saves a context per command.
 const queueSlack = time.Millisecond
 
-// nodeQueue admits at most size commands at once to one node: a go-redis
+// Queue admits at most size commands at once to one node: a go-redis
 // hook on a client Dial made, before the client's pool hands out a
 // connection. Waiting commands are admitted in the order of their turn (see
 // turn), not of their arrival: every node of a Client then serves the same
@@ -41,11 +41,12 @@ const queueSlack = time.Millisecond
 // Whoever frees a slot hands it to the first waiter by closing that
 // waiter's channel: no goroutine beyond the waiting caller, and a wait that
 // testing/synctest sees as durably blocked.
-type nodeQueue struct {
+type Queue struct {
 	size int
 	// stopped, when closed, ends every wait for a slot (Client.Close, at
 	// its bound): the command is not sent.
 	stopped <-chan struct{}
+	stopErr error // what a wait that stopped returns
 	// stale counts the slots held by a lingering vote's calls that have
 	// outlived the per-node timeout and still wait for a reply (lingerVote).
 	stale   atomic.Int32
@@ -54,8 +55,12 @@ type nodeQueue struct {
 	waiting waiters // a min-heap on turn
 }
 
-func newNodeQueue(size int, stopped <-chan struct{}) *nodeQueue {
-	return &nodeQueue{size: max(size, 1), stopped: stopped}
+// NewQueue returns the queue of one node whose client runs at most size
+// commands at once (its connection pool's size); stopped, when closed, ends
+// every wait for a slot with an error that wraps ErrNotSent and closed.
+func NewQueue(size int, stopped <-chan struct{}, closed error) *Queue {
+	return &Queue{size: max(size, 1), stopped: stopped,
+		stopErr: fmt.Errorf("%w: the client was closed while the call waited for a free connection: %w", ErrNotSent, closed)}
 }
 
 // turn is a command's place in the queues of a Client's nodes: the start of
@@ -84,7 +89,7 @@ func (t turn) before(u turn) bool {
 type waiter struct {
 	turn
 	ready chan struct{} // closed when the waiter has been given a slot
-	i     int           // index in nodeQueue.waiting; -1 once out of it
+	i     int           // index in Queue.waiting; -1 once out of it
 }
 
 type waiters []*waiter
@@ -110,7 +115,7 @@ func (w *waiters) Pop() any {
 
 // take takes a free slot (nil) or queues a waiter for one. The waiter's turn
 // is nc's, or for a command outside a vote, its arrival.
-func (q *nodeQueue) take(nc *nodeCall) *waiter {
+func (q *Queue) take(nc *nodeCall) *waiter {
 	if nc == nil {
 		return q.takeTurn(nil)
 	}
@@ -118,7 +123,7 @@ func (q *nodeQueue) take(nc *nodeCall) *waiter {
 }
 
 // takeTurn is take with the waiter's turn given (nil: its arrival).
-func (q *nodeQueue) takeTurn(t *turn) *waiter {
+func (q *Queue) takeTurn(t *turn) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.busy < q.size {
@@ -136,7 +141,7 @@ func (q *nodeQueue) takeTurn(t *turn) *waiter {
 }
 
 // free frees a slot: it goes to the first waiter, if any.
-func (q *nodeQueue) free() {
+func (q *Queue) free() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiting) == 0 {
@@ -148,7 +153,7 @@ func (q *nodeQueue) free() {
 
 // leave takes w out of the queue. If w was given its slot meanwhile, it
 // frees it for the next waiter.
-func (q *nodeQueue) leave(w *waiter) {
+func (q *Queue) leave(w *waiter) {
 	q.mu.Lock()
 	if w.i >= 0 {
 		heap.Remove(&q.waiting, w.i)
@@ -160,14 +165,14 @@ func (q *nodeQueue) leave(w *waiter) {
 }
 
 // DialHook implements redis.Hook: dials are not limited.
-func (q *nodeQueue) DialHook(next redis.DialHook) redis.DialHook {
+func (q *Queue) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return next(ctx, network, addr)
 	}
 }
 
 // ProcessHook implements redis.Hook: the command waits for a slot.
-func (q *nodeQueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (q *Queue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a, err := q.admit(ctx)
 		if err != nil {
@@ -181,7 +186,7 @@ func (q *nodeQueue) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // ProcessPipelineHook implements redis.Hook: a pipeline holds one
 // connection, so it takes one slot.
-func (q *nodeQueue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (q *Queue) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		a, err := q.admit(ctx)
 		if err != nil {
@@ -211,7 +216,7 @@ type callKey struct{}
 // own context instead, and the vote records the slot it holds (nodeCall.hold).
 type admitted struct {
 	context.Context
-	q *nodeQueue
+	q *Queue
 }
 
 func (a *admitted) Value(key any) any {
@@ -231,7 +236,7 @@ type admission struct {
 }
 
 // exit frees what admit took.
-func (q *nodeQueue) exit(a admission) {
+func (q *Queue) exit(a admission) {
 	if a.inside {
 		return
 	}
@@ -252,7 +257,7 @@ func (q *nodeQueue) exit(a admission) {
 // instance) waits within its own context. A vote's command that finds a slot
 // free within queueSlack of the vote's start runs on the vote's context as it
 // is: no allocation on the path nearly every command takes.
-func (q *nodeQueue) admit(ctx context.Context) (admission, error) {
+func (q *Queue) admit(ctx context.Context) (admission, error) {
 	var (
 		nc *nodeCall
 		cc *cleanupCall
@@ -330,7 +335,7 @@ func earliest(a, b time.Time) time.Time {
 
 // wait blocks until w is given a slot, by passes (zero: never), unwanted is
 // closed, ctx ends (nil: never), or the queue is stopped.
-func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, from, by time.Time) error {
+func (q *Queue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, from, by time.Time) error {
 	var (
 		done  <-chan struct{}
 		timer <-chan time.Time
@@ -352,27 +357,23 @@ func (q *nodeQueue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{
 	case <-unwanted:
 		err = errUnwanted
 	case <-q.stopped:
-		err = errQueueStopped
+		err = q.stopErr
 	case <-timer:
 		err = fmt.Errorf("%w: no free connection to the node within %v of the call's start (this client runs at most %d commands at once on one node, its connection pool's size): %w",
-			errNotSent, by.Sub(from).Round(time.Microsecond), q.size, context.DeadlineExceeded)
+			ErrNotSent, by.Sub(from).Round(time.Microsecond), q.size, context.DeadlineExceeded)
 	}
 	q.leave(w)
 	return err
 }
 
-// errNotSent is wrapped by the error of every node call that was never
+// ErrNotSent is wrapped by the error of every node call that was never
 // written to its node (not admitted by the node's queue, or shed by
-// Client.enter): the node needs no clean-up for it.
-var errNotSent = errors.New("redlock: not sent")
-
-// errQueueStopped is what a call returns that was still waiting for its
-// turn when Close stopped waiting for the Client's calls: it was never sent.
-var errQueueStopped = fmt.Errorf("%w: the client was closed while the call waited for a free connection: %w", errNotSent, ErrClosed)
+// Engine.EnterAcquire): the node needs no clean-up for it.
+var ErrNotSent = errors.New("redlock: not sent")
 
 // errUnwanted is what a call returns that was still waiting for its turn
 // when the operation that made it no longer needed it: it was never sent.
-var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for a free connection", errNotSent)
+var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for a free connection", ErrNotSent)
 
 // nodeCall is the context of one vote's node calls on nodes with a queue,
 // and the vote's place in the nodes' queues. It ends (Done) at the per-node
@@ -412,8 +413,8 @@ type nodeCall struct {
 	// held lists the queues on which a command of this vote holds a slot
 	// while running on this context (admit's fast path): commands that
 	// go-redis sends within it (HELLO) must not take a second slot.
-	held    []*nodeQueue
-	heldBuf [8]*nodeQueue
+	held    []*Queue
+	heldBuf [8]*Queue
 
 	// cleanup is this vote's clean-up context, handed to every node call
 	// of the vote that asks for one (see cleanupContext).
@@ -426,20 +427,20 @@ type nodeCall struct {
 // when it got its node's slot, and whether it has returned. The vote waits
 // for a call until a per-node timeout after its slot (or until the end), not
 // for its reply. A call past that and still running is stale: it counts in
-// its node's queue (nodeQueue.stale) until it returns.
+// its node's queue (Queue.stale) until it returns.
 type lingerVote struct {
 	calls int // the calls the vote makes, one per node
 	recs  []lingerRec
 }
 
 type lingerRec struct {
-	q               *nodeQueue
+	q               *Queue
 	slot            time.Time // zero until the call has a slot
 	returned, stale bool
 }
 
 // rec returns q's call's record, made on first use.
-func (lv *lingerVote) rec(q *nodeQueue) *lingerRec {
+func (lv *lingerVote) rec(q *Queue) *lingerRec {
 	for i := range lv.recs {
 		if lv.recs[i].q == q {
 			return &lv.recs[i]
@@ -450,7 +451,7 @@ func (lv *lingerVote) rec(q *nodeQueue) *lingerRec {
 }
 
 // slotTaken records that the vote's call on q has its slot now.
-func (nc *nodeCall) slotTaken(q *nodeQueue) {
+func (nc *nodeCall) slotTaken(q *Queue) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if r := nc.lv.rec(q); r.slot.IsZero() {
@@ -460,7 +461,7 @@ func (nc *nodeCall) slotTaken(q *nodeQueue) {
 }
 
 // callReturned records that the vote's call on q has returned.
-func (nc *nodeCall) callReturned(q *nodeQueue) {
+func (nc *nodeCall) callReturned(q *Queue) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	r := nc.lv.rec(q)
@@ -639,10 +640,10 @@ func (nc *nodeCall) Value(key any) any {
 	return nc.parent.Value(key)
 }
 
-func (nc *nodeCall) String() string { return "redlock.nodeCall" }
+func (nc *nodeCall) String() string { return "nodecall.voteCall" }
 
 // hold records that a command of this vote holds a slot of q.
-func (nc *nodeCall) hold(q *nodeQueue) {
+func (nc *nodeCall) hold(q *Queue) {
 	nc.mu.Lock()
 	if nc.held == nil {
 		nc.held = nc.heldBuf[:0]
@@ -652,7 +653,7 @@ func (nc *nodeCall) hold(q *nodeQueue) {
 }
 
 // unhold undoes one hold(q).
-func (nc *nodeCall) unhold(q *nodeQueue) {
+func (nc *nodeCall) unhold(q *Queue) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	for i, h := range nc.held {
@@ -666,7 +667,7 @@ func (nc *nodeCall) unhold(q *nodeQueue) {
 }
 
 // holds reports whether a command of this vote holds a slot of q.
-func (nc *nodeCall) holds(q *nodeQueue) bool {
+func (nc *nodeCall) holds(q *Queue) bool {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	for _, h := range nc.held {
@@ -689,7 +690,7 @@ type cleanupCall struct {
 func (cc *cleanupCall) Deadline() (time.Time, bool) { return cc.nc.Deadline() }
 func (cc *cleanupCall) Done() <-chan struct{}       { return cc.nc.Done() }
 func (cc *cleanupCall) Err() error                  { return cc.nc.Err() }
-func (cc *cleanupCall) String() string              { return "redlock.cleanupCall" }
+func (cc *cleanupCall) String() string              { return "nodecall.cleanupCall" }
 
 func (cc *cleanupCall) Value(key any) any {
 	if key == (callKey{}) {
@@ -727,8 +728,8 @@ func (q *queueBy) Value(key any) any {
 // and its vote receives errUnwanted. It returns ctx as it is when the nodes
 // have no queue. Those votes share one turn in the nodes' queues, taken now:
 // an attempt's later votes (a write-back) keep the attempt's place.
-func (c *Client) withQueueBy(ctx context.Context, by time.Time, unwanted <-chan struct{}) context.Context {
-	if !c.queued {
+func (e *Engine) WithQueueBy(ctx context.Context, by time.Time, unwanted <-chan struct{}) context.Context {
+	if !e.Queued {
 		return ctx
 	}
 	return &queueBy{Context: ctx, by: by, unwanted: unwanted, turn: nextTurn(time.Now())}
@@ -739,15 +740,15 @@ func (c *Client) withQueueBy(ctx context.Context, by time.Time, unwanted <-chan 
 // nodes that have not answered: the same context's Done, or on nodes with a
 // queue, a per-node timeout after the last moment a call may get its slot.
 // Both also end with ctx. cancel releases them.
-func (c *Client) nodeContext(ctx context.Context, timeout time.Duration) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
-	return c.lingerContext(ctx, timeout, time.Time{})
+func (e *Engine) NodeContext(ctx context.Context, timeout time.Duration) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
+	return e.lingerContext(ctx, timeout, time.Time{})
 }
 
 // lingerReturned tells a lingering vote's context on nodes with a queue that
 // the vote's call to n has returned (see lingerVote).
-func lingerReturned(ctx context.Context, n *node) {
-	if nc, ok := ctx.(*nodeCall); ok && nc.lv != nil && n.queue != nil {
-		nc.callReturned(n.queue)
+func lingerReturned(ctx context.Context, n *Node) {
+	if nc, ok := ctx.(*nodeCall); ok && nc.lv != nil && n.Queue != nil {
+		nc.callReturned(n.Queue)
 	}
 }
 
@@ -756,8 +757,8 @@ func lingerReturned(ctx context.Context, n *node) {
 // per-node timeout nor with ctx, which end only the vote's wait (expired)
 // and, on nodes with a queue, the calls' wait for their turn (there the vote
 // waits for each call a per-node timeout from its slot: lingerVote).
-func (c *Client) lingerContext(ctx context.Context, timeout time.Duration, linger time.Time) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
-	if !c.queued {
+func (e *Engine) lingerContext(ctx context.Context, timeout time.Duration, linger time.Time) (nodeCtx context.Context, expired <-chan struct{}, cancel context.CancelFunc) {
+	if !e.Queued {
 		if linger.IsZero() {
 			nodeCtx, cancel = context.WithTimeout(ctx, timeout)
 			return nodeCtx, nodeCtx.Done(), cancel
@@ -787,7 +788,7 @@ func (c *Client) lingerContext(ctx context.Context, timeout time.Duration, linge
 	if by.Before(start) {
 		by = start // the budget is spent: a slot now or never
 	}
-	nc.init(ctx, start, by, timeout, unwanted, t, linger, len(c.nodes))
+	nc.init(ctx, start, by, timeout, unwanted, t, linger, len(e.Nodes))
 	return nc, nc.expired, nc.cancel
 }
 
@@ -806,8 +807,8 @@ func noCancel() {}
 // release), it returns the vote's own cleanupCall: a call that finds its
 // slot free at once then runs on the vote's deadline, which is its own
 // within queueSlack, and nothing is allocated.
-func (c *Client) cleanupContext(ctx context.Context, until time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if nc, ok := ctx.(*nodeCall); ok && c.queued && nc.parentDone == nil && nc.timeout == timeout && nc.deadline.Equal(nc.start.Add(timeout)) {
+func (e *Engine) CleanupContext(ctx context.Context, until time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if nc, ok := ctx.(*nodeCall); ok && e.Queued && nc.parentDone == nil && nc.timeout == timeout && nc.deadline.Equal(nc.start.Add(timeout)) {
 		nc.mu.Lock()
 		if nc.cleanup.nc == nil {
 			nc.cleanup = cleanupCall{nc: nc, until: until}
@@ -818,6 +819,6 @@ func (c *Client) cleanupContext(ctx context.Context, until time.Time, timeout ti
 			return &nc.cleanup, noCancel
 		}
 	}
-	nctx, _, cancel := c.nodeContext(c.withQueueBy(context.WithoutCancel(ctx), until, nil), timeout)
+	nctx, _, cancel := e.NodeContext(e.WithQueueBy(context.WithoutCancel(ctx), until, nil), timeout)
 	return nctx, cancel
 }

@@ -1,7 +1,8 @@
-package redlock
+package nodecall
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -39,7 +40,7 @@ func TestNodeQueue_SameOrderOnEveryNode(t *testing.T) {
 
 		var orders [3][]*nodeCall
 		for node := range orders {
-			q := newNodeQueue(size, nil)
+			q := NewQueue(size, nil, errors.New("closed"))
 			for range size {
 				if w := q.take(nil); w != nil {
 					t.Fatalf("node %d: a free slot made a call wait", node)
@@ -145,13 +146,13 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 			return false
 		}
 	}
-	c := &Client{queued: true}
+	e := &Engine{Queued: true}
 
 	t.Run("deadline then end", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			start := time.Now()
 			parent := context.WithValue(context.Background(), key{}, "v")
-			nctx, expired, cancel := c.nodeContext(c.withQueueBy(parent, start.Add(50*time.Millisecond), nil), timeout)
+			nctx, expired, cancel := e.NodeContext(e.WithQueueBy(parent, start.Add(50*time.Millisecond), nil), timeout)
 			defer cancel()
 			dl, ok := nctx.Deadline()
 			require.True(t, ok)
@@ -179,7 +180,7 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 	t.Run("parent cancelled", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			parent, cancelParent := context.WithCancel(context.Background())
-			nctx, expired, cancel := c.nodeContext(parent, timeout)
+			nctx, expired, cancel := e.NodeContext(parent, timeout)
 			defer cancel()
 			cancelParent()
 			synctest.Wait()
@@ -190,7 +191,7 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 	t.Run("parent already ended", func(t *testing.T) {
 		parent, cancelParent := context.WithCancel(context.Background())
 		cancelParent()
-		nctx, expired, cancel := c.nodeContext(parent, timeout)
+		nctx, expired, cancel := e.NodeContext(parent, timeout)
 		defer cancel()
 		require.ErrorIs(t, nctx.Err(), context.Canceled, "at once, before any command is sent")
 		require.True(t, isClosed(expired))
@@ -200,7 +201,7 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 			start := time.Now()
 			parent, cancelParent := context.WithTimeout(context.Background(), timeout/2)
 			defer cancelParent()
-			nctx, expired, cancel := c.nodeContext(parent, timeout)
+			nctx, expired, cancel := e.NodeContext(parent, timeout)
 			defer cancel()
 			dl, _ := nctx.Deadline()
 			require.Equal(t, start.Add(timeout/2), dl)
@@ -212,7 +213,7 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 	})
 	t.Run("cancel", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			nctx, expired, cancel := c.nodeContext(context.Background(), timeout)
+			nctx, expired, cancel := e.NodeContext(context.Background(), timeout)
 			cancel()
 			require.ErrorIs(t, nctx.Err(), context.Canceled)
 			require.True(t, isClosed(expired))
@@ -228,22 +229,22 @@ func TestNodeQueue_VoteContextClock(t *testing.T) {
 func TestNodeQueue_CleanupContext(t *testing.T) {
 	const timeout = 10 * time.Millisecond
 	type key struct{}
-	c := &Client{queued: true}
+	e := &Engine{Queued: true}
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
-		vctx, _, cancelVote := c.nodeContext(context.WithoutCancel(parent), timeout)
+		vctx, _, cancelVote := e.NodeContext(context.WithoutCancel(parent), timeout)
 		defer cancelVote()
-		cctx, cancel := c.cleanupContext(vctx, start.Add(time.Second), timeout)
+		cctx, cancel := e.CleanupContext(vctx, start.Add(time.Second), timeout)
 		defer cancel()
 		dl, _ := cctx.Deadline()
 		require.Equal(t, start.Add(timeout), dl)
 		require.Equal(t, "v", cctx.Value(key{}))
 
 		// A vote that its caller can cancel: its clean-up outlives that.
-		vctx2, _, cancelVote2 := c.nodeContext(parent, timeout)
+		vctx2, _, cancelVote2 := e.NodeContext(parent, timeout)
 		defer cancelVote2()
-		cctx2, cancel2 := c.cleanupContext(vctx2, start.Add(time.Second), timeout)
+		cctx2, cancel2 := e.CleanupContext(vctx2, start.Add(time.Second), timeout)
 		defer cancel2()
 		cancelParent()
 		synctest.Wait()
@@ -263,8 +264,8 @@ func TestNodeQueue_CleanupContext(t *testing.T) {
 // per command, and a vote context more per clean-up (docs/performance.md,
 // "Allocations of the per-node queue").
 func TestNodeQueue_FreeSlotAllocations(t *testing.T) {
-	c := &Client{queued: true}
-	q := newNodeQueue(2, nil)
+	e := &Engine{Queued: true}
+	q := NewQueue(2, nil, errors.New("closed"))
 	command := func(ctx context.Context) {
 		a, err := q.admit(ctx)
 		if err != nil {
@@ -273,13 +274,13 @@ func TestNodeQueue_FreeSlotAllocations(t *testing.T) {
 		q.exit(a)
 	}
 	vote := testing.AllocsPerRun(100, func() {
-		nctx, _, cancel := c.nodeContext(context.Background(), time.Second)
+		nctx, _, cancel := e.NodeContext(context.Background(), time.Second)
 		command(nctx)
 		cancel()
 	})
 	release := testing.AllocsPerRun(100, func() {
-		nctx, _, cancel := c.nodeContext(context.Background(), time.Second)
-		cctx, cancelCleanup := c.cleanupContext(nctx, time.Now().Add(time.Second), time.Second)
+		nctx, _, cancel := e.NodeContext(context.Background(), time.Second)
+		cctx, cancelCleanup := e.CleanupContext(nctx, time.Now().Add(time.Second), time.Second)
 		command(cctx)
 		cancelCleanup()
 		cancel()

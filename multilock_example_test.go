@@ -1,0 +1,69 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// A transfer between two accounts locks both accounts at once: every node
+// sets both keys or neither, so two transfers between the same accounts in
+// opposite directions never deadlock. Each account's store checks its own
+// key's fencing token. A rival that needs one of the accounts is told which
+// key is held, on which nodes, by whom.
+func ExampleClient_AcquireMulti() {
+	var nodes []redis.UniversalClient
+	for range 3 {
+		m, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+		m.ClockTTL(true)
+		rdb := redlock.NewNodeClient(m.Addr(), nil)
+		defer rdb.Close()
+		nodes = append(nodes, rdb)
+	}
+	client, err := redlock.New(nodes, redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	// One hash tag ({accounts}) keeps the keys in one slot, which a Redis
+	// Cluster node needs; independent masters need none.
+	from, to := "{accounts}:alice", "{accounts}:bob"
+	transfer, err := client.AcquireMulti(ctx, []string{from, to}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fromToken, _ := transfer.Token(from)
+	toToken, _ := transfer.Token(to)
+	fmt.Println("holding", transfer.Keys(), "with a token each:", fromToken > 0 && toToken > 0)
+
+	// A transfer the other way round waits; TryAcquireMulti says at once
+	// which key is held.
+	_, err = client.TryAcquireMulti(ctx, []string{to, "{accounts}:carol"}, 10*time.Second)
+	var taken *redlock.KeysTakenError
+	if errors.As(err, &taken) {
+		k := taken.Keys[0]
+		fmt.Println("held elsewhere:", k.Key, "by the transfer:", k.Holders[0].Holder == transfer.Owner()[:8])
+	}
+
+	// ... debit alice with fromToken, credit bob with toToken ...
+
+	if err := transfer.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// holding [{accounts}:alice {accounts}:bob] with a token each: true
+	// held elsewhere: {accounts}:bob by the transfer: true
+}
