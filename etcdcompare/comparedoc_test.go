@@ -3,9 +3,12 @@ package etcdcompare
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/d3b93e30/redlock/chaos"
 )
@@ -131,5 +134,63 @@ func TestDocTableCheckCatchesDrift(t *testing.T) {
 		if err == nil && len(docProblems(rows)) == 0 {
 			t.Errorf("%s: the check did not notice", name)
 		}
+	}
+}
+
+// UpdateDoc rewrites only the section between DocBegin and DocEnd, with the
+// command, the run's facts and a table DocRows reads back; CheckDoc and
+// UpdateDoc refuse a page without the markers and leave it as it was.
+func TestUpdateDoc_RewritesItsSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "page.md")
+	page := "# Page\n\nbefore\n" + DocBegin + "\nold table\n" + DocEnd + "\nafter\n"
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckDoc(path); err != nil {
+		t.Fatal(err)
+	}
+	rows := []Row{
+		{Scenario: "no-faults", Redlock: &chaos.Result{Scenario: "no-faults", Trials: 2, Expect: chaos.Safe, Observed: chaos.Safe},
+			Etcd: Result{Scenario: "no-faults", Trials: 2, Expect: chaos.Safe, ExpectFenced: chaos.Safe, Observed: chaos.Safe, ObservedFenced: chaos.Safe}},
+		{Scenario: "etcd-only", Etcd: Result{Skipped: "not on etcd"}},
+	}
+	run := RunFacts{Command: "cd etcdcompare && go run ./cmd/compare --trials 2", Took: time.Minute, LoadStart: "1.0", LoadEnd: "2.0", Code: 1}
+	if err := UpdateDoc(path, rows, run); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{"# Page\n\nbefore\n" + DocBegin + "\n\n    cd etcdcompare && go run ./cmd/compare --trials 2\n\n",
+		"(load average 1.0 at the start, 2.0 at the end); it took 1m0s, and it exited 1", DocEnd + "\nafter\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the page lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old table") {
+		t.Errorf("the old table is still there:\n%s", got)
+	}
+	read, err := DocRows(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []DocRow{{Scenario: "no-faults", Redlock: "safe", EtcdExpected: "safe/safe", Etcd: "safe", EtcdFenced: "safe"},
+		{Scenario: "etcd-only", Redlock: "no equivalent", EtcdExpected: "not applicable", Etcd: "-", EtcdFenced: "-"}}
+	if !slices.Equal(read, want) {
+		t.Errorf("DocRows = %+v, want %+v", read, want)
+	}
+
+	if err := os.WriteFile(path, []byte("no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{"CheckDoc": CheckDoc(path), "UpdateDoc": UpdateDoc(path, rows, run)} {
+		if err == nil || !strings.Contains(err.Error(), DocBegin) {
+			t.Errorf("%s on a page without markers: %v, want an error naming %q", name, err, DocBegin)
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != "no markers\n" {
+		t.Errorf("the page without markers was changed: %q", b)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/d3b93e30/redlock/chaos"
+	"github.com/d3b93e30/redlock/internal/mdsection"
 	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
@@ -225,7 +226,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	backend, _ := chaos.ParseBackend(f.backend)
 	if f.doc != "" {
-		if _, _, err := readVerdictDoc(f.doc, backend); err != nil {
+		if err := checkVerdictDoc(f.doc, backend); err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: --doc: %v\n", err)
 			return exitUsage
 		}
@@ -264,7 +265,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer store.Close()
 		opt.Fenced = store
 	}
-	start, loadStart := time.Now(), loadAverage()
+	start, loadStart := time.Now(), mdsection.LoadAverage()
 	n := min(f.parallel, len(scenarios))
 	if f.mutants || opt.Fenced != nil {
 		n = 1 // one fenced store, one cluster
@@ -306,7 +307,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	code := reportChaos(results, f, backend, stdout, stderr)
 	if f.doc != "" {
-		run := runFacts{took: time.Since(start), loadStart: loadStart, loadEnd: loadAverage(), code: code}
+		run := mdsection.Run{Took: time.Since(start), LoadStart: loadStart, LoadEnd: mdsection.LoadAverage(), Code: code}
 		if err := updateVerdictDoc(f.doc, results, f, backend, run); err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: --doc: %v\n", err)
 			return exitMismatch

@@ -24,6 +24,7 @@ import (
 
 	"github.com/d3b93e30/redlock/chaos"
 	"github.com/d3b93e30/redlock/etcdcompare"
+	"github.com/d3b93e30/redlock/internal/mdsection"
 )
 
 // quietLogger drops go-redis's internal log lines (killed nodes are the point).
@@ -80,6 +81,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "compare: want no arguments, --trials ≥ 1, --nodes ≥ 3 and --time-scale from 1 to 100")
 		return 64
 	}
+	if *doc != "" {
+		if err := etcdcompare.CheckDoc(*doc); err != nil {
+			fmt.Fprintf(stderr, "compare: --doc: %v\n", err)
+			return 64
+		}
+	}
 	scenarios := etcdcompare.Catalogue()
 	if len(picked) > 0 {
 		scenarios = picked
@@ -109,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer cluster.Close()
 
-	start, loadStart := time.Now(), etcdcompare.LoadAverage()
+	start, loadStart := time.Now(), mdsection.LoadAverage()
 	ok := true
 	var rows []etcdcompare.Row
 	for i, s := range scenarios {
@@ -173,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *doc != "" {
 		run := etcdcompare.RunFacts{Command: "cd etcdcompare && go run ./cmd/compare " + strings.Join(args, " "),
-			Took: took, LoadStart: loadStart, LoadEnd: etcdcompare.LoadAverage(), Code: code}
+			Took: took, LoadStart: loadStart, LoadEnd: mdsection.LoadAverage(), Code: code}
 		if err := etcdcompare.UpdateDoc(*doc, rows, run); err != nil {
 			fmt.Fprintf(stderr, "compare: --doc: %v\n", err)
 			return 1
