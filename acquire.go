@@ -334,7 +334,10 @@ type acquisition struct {
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
-		return reply{Err: err}
+		// A call that gave up its wait for a connection because every one
+		// waits for a reply long overdue was not sent: the node is left
+		// pending, as when EnterAcquire sheds the call.
+		return reply{Err: err, Shed: errors.Is(err, nodecall.ErrOverdue)}
 	}
 	if c, ok := v.(int64); ok {
 		switch {

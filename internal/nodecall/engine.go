@@ -81,7 +81,9 @@ func (n *Node) LimitBacklog(rc any) {
 // limit then, and the per-node timeout applies as before. Apart from that,
 // on the nodes with a Queue, an acquisition is not sent while every
 // connection of the node waits for a reply past the per-node timeout
-// (Queue.stale): it could only wait behind them.
+// (Queue.stale): it could only wait behind them. A call that entered
+// before that and still waits for a connection gives up when it happens
+// (ErrOverdue).
 func (e *Engine) EnterAcquire(n *Node) bool {
 	if n.lateLimit > 0 && n.late.Load() >= n.lateLimit && e.majorityKeepsUp() {
 		return false

@@ -53,6 +53,43 @@ type Queue struct {
 	mu      sync.Mutex
 	busy    int     // slots taken; while a command waits, busy == size
 	waiting waiters // a min-heap on turn
+	// overdue is closed while every slot is held by a stale call: the
+	// acquisition calls waiting for a slot then give up (ErrOverdue), as
+	// Engine.EnterAcquire sheds the new ones. Made by the first such call
+	// to wait (nil until then), and again once a slot is no longer stale.
+	overdue       chan struct{}
+	overdueClosed bool
+}
+
+// addStale adds delta to the count of stale slots, and closes overdue
+// when every slot is stale.
+func (q *Queue) addStale(delta int32) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	full := int(q.stale.Add(delta)) >= q.size
+	switch {
+	case q.overdue == nil:
+	case full && !q.overdueClosed:
+		close(q.overdue)
+		q.overdueClosed = true
+	case !full && q.overdueClosed:
+		q.overdue, q.overdueClosed = nil, false
+	}
+}
+
+// overdueChan returns the channel closed while every slot is stale (see
+// Queue.overdue), closed already if they are now.
+func (q *Queue) overdueChan() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.overdue == nil {
+		q.overdue = make(chan struct{})
+		if int(q.stale.Load()) >= q.size {
+			close(q.overdue)
+			q.overdueClosed = true
+		}
+	}
+	return q.overdue
 }
 
 // NewQueue returns the queue of one node whose client runs at most size
@@ -294,7 +331,7 @@ func (q *Queue) admit(ctx context.Context) (admission, error) {
 	switch {
 	case cc != nil:
 		if w != nil {
-			if err := q.wait(w, nil, nil, now, cc.until); err != nil {
+			if err := q.wait(w, nil, nil, nil, now, cc.until); err != nil {
 				return admission{}, err
 			}
 		}
@@ -303,7 +340,13 @@ func (q *Queue) admit(ctx context.Context) (admission, error) {
 		return admission{ctx: &admitted{Context: cctx, q: q}, cancel: cancel}, nil
 	case nc != nil:
 		if w != nil {
-			if err := q.wait(w, nc.parent, nc.unwanted, nc.start, nc.queueBy); err != nil {
+			var overdue <-chan struct{}
+			if nc.linger {
+				// An acquisition's call: stuck behind calls that wait for
+				// replies long overdue, it gives up (ErrOverdue).
+				overdue = q.overdueChan()
+			}
+			if err := q.wait(w, nc.parent, nc.unwanted, overdue, nc.start, nc.queueBy); err != nil {
 				return admission{}, err
 			}
 		}
@@ -318,7 +361,7 @@ func (q *Queue) admit(ctx context.Context) (admission, error) {
 		return admission{ctx: &admitted{Context: cctx, q: q}, cancel: cancel}, nil
 	default:
 		if w != nil {
-			if err := q.wait(w, ctx, nil, now, time.Time{}); err != nil {
+			if err := q.wait(w, ctx, nil, nil, now, time.Time{}); err != nil {
 				return admission{}, err
 			}
 		}
@@ -333,9 +376,9 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// wait blocks until w is given a slot, by passes (zero: never), unwanted is
-// closed, ctx ends (nil: never), or the queue is stopped.
-func (q *Queue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, from, by time.Time) error {
+// wait blocks until w is given a slot, by passes (zero: never), unwanted or
+// overdue is closed, ctx ends (nil: never), or the queue is stopped.
+func (q *Queue) wait(w *waiter, ctx context.Context, unwanted, overdue <-chan struct{}, from, by time.Time) error {
 	var (
 		done  <-chan struct{}
 		timer <-chan time.Time
@@ -356,6 +399,8 @@ func (q *Queue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, f
 		err = ctx.Err()
 	case <-unwanted:
 		err = errUnwanted
+	case <-overdue:
+		err = ErrOverdue
 	case <-q.stopped:
 		err = q.stopErr
 	case <-timer:
@@ -370,6 +415,13 @@ func (q *Queue) wait(w *waiter, ctx context.Context, unwanted <-chan struct{}, f
 // written to its node (not admitted by the node's queue, or shed by
 // Engine.EnterAcquire): the node needs no clean-up for it.
 var ErrNotSent = errors.New("redlock: not sent")
+
+// ErrOverdue is what an acquisition's call returns that was still waiting
+// for a slot when every slot of its node came to be held by a call waiting
+// for a reply past the per-node timeout (Queue.stale): the node is not
+// answering, and the call could only wait behind them until one of them
+// ends (at its read deadline, seconds later). It was never sent.
+var ErrOverdue = fmt.Errorf("%w: every connection to the node waits for a reply past the per-node timeout: %w", ErrNotSent, context.DeadlineExceeded)
 
 // errUnwanted is what a call returns that was still waiting for its turn
 // when the operation that made it no longer needed it: it was never sent.
@@ -468,7 +520,7 @@ func (nc *nodeCall) callReturned(q *Queue) {
 	r.returned = true
 	if r.stale {
 		r.stale = false
-		q.stale.Add(-1)
+		q.addStale(-1)
 	}
 	nc.checkCalls(time.Now())
 }
@@ -482,7 +534,7 @@ func (nc *nodeCall) checkCalls(now time.Time) {
 		r := &nc.lv.recs[i]
 		if !r.returned && !r.stale && !r.slot.IsZero() && !now.Before(r.slot.Add(nc.timeout)) {
 			r.stale = true
-			r.q.stale.Add(1)
+			r.q.addStale(1)
 		}
 		if r.returned || r.stale {
 			done++
