@@ -80,31 +80,35 @@ func (l *Lock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, error
 	return l.keepAlive(ctx, hold)
 }
 
-// keepAlive is KeepAlive once its options were applied.
+// keepAlive is KeepAlive once its options were applied. A nested Lease
+// neither extends nor releases, but keeps its own hold limit.
 func (l *Lock) keepAlive(ctx context.Context, hold holdConfig) (*Lease, error) {
 	cfg := l.cfg
 	s := &Lease{client: l.client, name: l.keys[0], cfg: cfg, nested: l.nested, lock: l, done: make(chan struct{})}
-	if l.nested {
-		s.ctx, s.cancel = context.WithCancelCause(withHeld(ctx, s))
-		close(s.done)
-		return s, nil
-	}
-	interval, err := hold.intervalFor(l.ttl, cfg.driftFactor)
-	if err != nil {
-		return nil, err
-	}
-	if l.client.eng.Closed() {
-		return nil, ErrClosed
-	}
-	if !l.state.setLease(s) {
-		return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
+	var interval time.Duration
+	if !l.nested {
+		var err error
+		if interval, err = hold.intervalFor(l.ttl, cfg.driftFactor); err != nil {
+			return nil, err
+		}
+		if l.client.eng.Closed() {
+			return nil, ErrClosed
+		}
+		if !l.state.setLease(s) {
+			return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
+		}
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
 	if d := hold.maxHold; d > 0 {
 		s.holdErr = fmt.Errorf("%w: %s held for %v", ErrHoldLimit, keyText(l.key), d)
 		parent, stopHold = context.WithTimeoutCause(ctx, d, s.holdErr)
 	}
-	s.ctx, s.cancel = context.WithCancelCause(withHeld(parent, s))
+	ctx, cancel := context.WithCancelCause(withHeld(parent, s))
+	s.ctx, s.cancel = ctx, func(cause error) { cancel(cause); stopHold() }
+	if l.nested {
+		close(s.done)
+		return s, nil
+	}
 	go s.run(l, interval, stopHold)
 	return s, nil
 }

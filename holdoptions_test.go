@@ -116,3 +116,44 @@ func TestHoldOptions_ActInEveryHolder(t *testing.T) {
 		})
 	}
 }
+
+// A nested Lease (Do in Do, KeepAlive of a reentrant handle) does not extend
+// or release, but its WithMaxHold still ends its own context at the limit,
+// with ErrHoldLimit, while the outer Lease goes on holding the lock.
+func TestHoldOptions_MaxHoldOfANestedLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		const limit = 500 * time.Millisecond
+		err := c.rl.Do(context.Background(), "job", time.Second, func(ctx context.Context, outer *redlock.Lease) error {
+			start := time.Now()
+			var innerEnd time.Time
+			err := c.rl.Do(ctx, "job", time.Second, func(ictx context.Context, _ *redlock.Lease) error {
+				select {
+				case <-ictx.Done():
+				case <-time.After(5 * time.Second): // the limit was ignored
+				}
+				innerEnd = time.Now()
+				return nil
+			}, redlock.WithMaxHold(limit))
+			require.ErrorIs(t, err, redlock.ErrHoldLimit)
+			assert.Equal(t, limit, innerEnd.Sub(start))
+
+			l := c.acquire(t, ctx, "job", time.Second) // nested
+			lease, err := l.KeepAlive(ctx, redlock.WithMaxHold(limit))
+			require.NoError(t, err)
+			select {
+			case <-lease.Done():
+			case <-time.After(5 * time.Second): // the limit was ignored
+			}
+			require.ErrorIs(t, lease.Err(), redlock.ErrHoldLimit)
+			require.NoError(t, lease.Release(ctx))
+
+			time.Sleep(time.Second) // the outer Lease extends past the TTL
+			require.NoError(t, outer.Err())
+			assert.Equal(t, 3, c.holders("job"))
+			return nil
+		})
+		require.NoError(t, err)
+		c.requireGone(t, "job")
+	})
+}

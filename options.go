@@ -339,7 +339,8 @@ func RandomOwner() (string, error) {
 // extension. Default: a third of the TTL, so that the lock still has about
 // two thirds of its validity when an extension starts. d must be positive
 // (else ErrInvalidArgument from the option) and below the validity of a fresh
-// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument).
+// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument). A
+// nested Lease (see Reentrancy) does not extend: the outer one does.
 func WithExtendInterval(d time.Duration) HoldOption {
 	return func(h *holdConfig) error {
 		if d <= 0 {
@@ -354,8 +355,10 @@ func WithExtendInterval(d time.Duration) HoldOption {
 // after KeepAlive was called, it stops extending and ends its context with a
 // cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
 // TTL unless released first. Do releases the lock at once, at the limit,
-// even if its function ignores its context and keeps running. 0 means no
-// limit (the default); a negative d gives ErrInvalidArgument.
+// even if its function ignores its context and keeps running; a nested Do
+// (see Reentrancy) ends its function's context and leaves the lock to the
+// outer holder. 0 means no limit (the default); a negative d gives
+// ErrInvalidArgument.
 func WithMaxHold(d time.Duration) HoldOption {
 	return func(h *holdConfig) error {
 		if d < 0 {

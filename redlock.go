@@ -144,7 +144,8 @@
 // Reentrancy), fn runs under the outer holder's lock, its lease reports the
 // outer Lease's validity, and the outermost Do releases the lock. For a nested
 // handle, KeepAlive returns a Lease that neither extends nor releases: its
-// context ends with the outer holder's.
+// context ends with the outer holder's, or at its own hold limit
+// (WithMaxHold); the outer Lease's interval stands.
 //
 // # Node timeouts
 //
