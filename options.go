@@ -31,6 +31,7 @@ type HoldOption func(*holdConfig) error
 // mixes them. The Options set the acquisition and the Lease's extensions,
 // the HoldOptions the Lease. They apply in order. No other type is one.
 type DoOption interface {
+	// applyTo sets an Option's field of c, or a HoldOption's of h.
 	applyTo(c *config, h *holdConfig) error
 }
 
