@@ -64,54 +64,51 @@ type Lease struct {
 // Lease that does it. The Lease's context (Context, Done) derives from ctx and
 // is canceled, with a cause that Err returns, when an extension fails or the
 // validity runs out first (ErrLockLost), the maximum hold time passes
-// (ErrHoldLimit), ctx ends, or the Lease or the lock is released; see Leases
-// in the package doc. Call Release when the work is done: it stops the
-// extender and releases the lock.
+// (WithMaxHold: ErrHoldLimit), ctx ends, or the Lease or the lock is
+// released; see Leases in the package doc. The extensions use l's options
+// (those of its acquisition). Call Release when the work is done: it stops
+// the extender and releases the lock.
 //
-// opts override l's options for the Lease and its extensions. KeepAlive
-// returns ErrInvalidArgument for a bad option, an interval not below l's
-// validity, a per-node timeout that leaves l's TTL no validity (see
-// WithNodeTimeout), a retention shorter than l's TTL or than the quarantine
-// (see WithRetention), or when another Lease already keeps l alive; ErrClosed
+// KeepAlive returns ErrInvalidArgument for a bad option, an interval not
+// below l's validity, or when another Lease already keeps l alive; ErrClosed
 // if the Client is closed.
-func (l *Lock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
+func (l *Lock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, error) {
+	var hold holdConfig
+	if err := applyOptions(opts, nil, &hold); err != nil {
+		return nil, err
+	}
+	return l.keepAlive(ctx, hold)
+}
+
+// keepAlive is KeepAlive once its options were applied. A nested Lease
+// neither extends nor releases, but keeps its own hold limit.
+func (l *Lock) keepAlive(ctx context.Context, hold holdConfig) (*Lease, error) {
 	cfg := l.cfg
-	if err := cfg.apply(opts); err != nil {
-		return nil, err
-	}
-	if len(opts) > 0 {
-		// The extensions, and the handles they make, use the Lease's options.
-		lc := *l
-		lc.cfg = cfg
-		l = &lc
-	}
 	s := &Lease{client: l.client, name: l.keys[0], cfg: cfg, nested: l.nested, lock: l, done: make(chan struct{})}
-	if l.nested {
-		s.ctx, s.cancel = context.WithCancelCause(withHeld(ctx, s))
-		close(s.done)
-		return s, nil
-	}
-	// Every extension would refuse a retention shorter than the TTL (or
-	// than the quarantine): say so now, not as a lost lock later.
-	if err := cfg.checkLock(l.ttl); err != nil {
-		return nil, err
-	}
-	interval, err := cfg.hold.intervalFor(l.ttl, cfg.driftFactor)
-	if err != nil {
-		return nil, err
-	}
-	if l.client.eng.Closed() {
-		return nil, ErrClosed
-	}
-	if !l.state.setLease(s) {
-		return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
+	var interval time.Duration
+	if !l.nested {
+		var err error
+		if interval, err = hold.intervalFor(l.ttl, cfg.driftFactor); err != nil {
+			return nil, err
+		}
+		if l.client.eng.Closed() {
+			return nil, ErrClosed
+		}
+		if !l.state.setLease(s) {
+			return nil, fmt.Errorf("%w: lock %s is already kept alive by another Lease", ErrInvalidArgument, keyText(l.key))
+		}
 	}
 	parent, stopHold := ctx, context.CancelFunc(func() {})
-	if d := cfg.hold.maxHold; d > 0 {
+	if d := hold.maxHold; d > 0 {
 		s.holdErr = fmt.Errorf("%w: %s held for %v", ErrHoldLimit, keyText(l.key), d)
 		parent, stopHold = context.WithTimeoutCause(ctx, d, s.holdErr)
 	}
-	s.ctx, s.cancel = context.WithCancelCause(withHeld(parent, s))
+	ctx, cancel := context.WithCancelCause(withHeld(parent, s))
+	s.ctx, s.cancel = ctx, func(cause error) { cancel(cause); stopHold() }
+	if l.nested {
+		close(s.done)
+		return s, nil
+	}
 	go s.run(l, interval, stopHold)
 	return s, nil
 }
@@ -263,14 +260,15 @@ func (s *Lease) Release(ctx context.Context) error {
 	return s.releaseErr
 }
 
-// Do acquires the lock on key for ttl (as Acquire, with the same options,
-// plus WithExtendInterval and WithMaxHold), runs fn with the Lease that keeps
-// the lock (as Lock.KeepAlive), and releases the lock when fn returns or
-// panics, or when the hold limit (WithMaxHold) passes, whichever is first.
-// fn's ctx is lease.Context(); lease gives the fencing token to pass with fn's
-// writes, the validity left and, once ctx ended, why (lease.Err()). A panic
-// propagates after the release. See Leases in the package doc for what runs
-// in the background, the release, and Do nested in Do.
+// Do acquires the lock on key for ttl (as Acquire, with the same Options),
+// runs fn with the Lease that keeps the lock (as Lock.KeepAlive, with the
+// HoldOptions), and releases the lock when fn returns or panics, or when the
+// hold limit (WithMaxHold) passes, whichever is first. opts mix both kinds
+// (DoOption). fn's ctx is lease.Context(); lease gives the fencing token to
+// pass with fn's writes, the validity left and, once ctx ended, why
+// (lease.Err()). A panic propagates after the release. See Leases in the
+// package doc for what runs in the background, the release, and Do nested in
+// Do.
 //
 // It returns Acquire's error, without running fn, when the lock was not
 // acquired; ErrInvalidArgument for a nil fn or an extension interval not
@@ -279,12 +277,12 @@ func (s *Lease) Release(ctx context.Context) error {
 // cause (ErrLockLost with a *QuorumError, or ErrHoldLimit) and fn's error, so
 // errors.Is matches both (fn's error alone when it already wraps the cause);
 // otherwise fn's error.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) (err error) {
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg := c.cfg
-	if err := cfg.apply(opts); err != nil {
+	cfg, hold := c.cfg, holdConfig{}
+	if err := applyOptions(opts, &cfg, &hold); err != nil {
 		return err
 	}
 	ctx, end := cfg.startCall(ctx, OpDo, key)
@@ -293,21 +291,21 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 			return err
 		}
-		if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+		if _, err := hold.intervalFor(ttl, cfg.driftFactor); err != nil {
 			return err
 		}
 	}
-	lock, err := c.Acquire(ctx, key, ttl, opts...)
+	lock, err := c.acquireWith(ctx, key, ttl, cfg)
 	if err != nil {
 		return err
 	}
-	return c.runLeased(ctx, lock, fn, opts)
+	return c.runLeased(ctx, lock, fn, hold)
 }
 
 // runLeased is Do after the acquisition (Semaphore.Do shares it): it keeps
 // lock alive while fn runs, and releases it.
-func (c *Client) runLeased(ctx context.Context, lock *Lock, fn func(ctx context.Context, lease *Lease) error, opts []Option) error {
-	lease, err := lock.KeepAlive(ctx, opts...)
+func (c *Client) runLeased(ctx context.Context, lock *Lock, fn func(ctx context.Context, lease *Lease) error, hold holdConfig) error {
+	lease, err := lock.keepAlive(ctx, hold)
 	if err != nil {
 		_ = lock.Release(context.WithoutCancel(ctx))
 		return err

@@ -30,7 +30,7 @@ const maxIdentityLen = 256
 // has a Redis Cluster hash tag. Its fencing counter and epoch sit beside it
 // as for any lock. Show an election's state on the nodes with Inspect (or
 // `redlock status --key`) on this key; do not Acquire it yourself.
-func ElectionKey(name string) string { return slotKey(name, ":leader") }
+func ElectionKey(name string) string { return SiblingKey(name, ":leader") }
 
 // Leader is an election's leader as a majority of the nodes report it. The
 // zero Leader (Term 0) means no leader; a leader's Term is never 0.
@@ -118,31 +118,32 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // be trusted; its term is the fencing token. Call Resign when done. See
 // Leader election in the package doc for how it works and nested campaigns.
 //
-// opts are those of Acquire and KeepAlive (WithRetry, WithExtendInterval,
-// WithMaxHold, ...); a WithOwnerGenerator is overridden. It returns
-// ErrInvalidArgument for an empty name, a bad identity, fencing off, or a TTL
-// or option Acquire or KeepAlive refuses, before contacting any node;
+// opts are Acquire's Options (WithRetry, ...; a WithOwnerGenerator is
+// overridden) and KeepAlive's HoldOptions (WithExtendInterval, WithMaxHold),
+// mixed as in Do (DoOption). It returns ErrInvalidArgument for an empty name,
+// a bad identity, fencing off, or a TTL or option Acquire or KeepAlive
+// refuses, before contacting any node;
 // ErrClosed on a closed Client; otherwise Acquire's errors (ErrNotAcquired
 // wrapping ctx's error when ctx ended).
-func (c *Client) Campaign(ctx context.Context, name, identity string, ttl time.Duration, opts ...Option) (*Leadership, error) {
-	cfg, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
+func (c *Client) Campaign(ctx context.Context, name, identity string, ttl time.Duration, opts ...DoOption) (*Leadership, error) {
+	cfg, hold, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.campaign(ctx, cfg, name, key, identity, ttl, opts)
+	return c.campaign(ctx, cfg, hold, name, key, identity, ttl)
 }
 
 // campaign is Campaign once its arguments were checked.
-func (c *Client) campaign(ctx context.Context, cfg config, name, key, identity string, ttl time.Duration, opts []Option) (*Leadership, error) {
-	owner := func() (string, error) {
+func (c *Client) campaign(ctx context.Context, cfg config, hold holdConfig, name, key, identity string, ttl time.Duration) (*Leadership, error) {
+	acfg := cfg
+	acfg.owner = func() (string, error) {
 		r, err := RandomOwner()
 		if err != nil {
 			return "", err
 		}
 		return identity + identitySep + r, nil
 	}
-	aopts := append(append(make([]Option, 0, len(opts)+1), opts...), WithOwnerGenerator(owner))
-	lock, err := c.Acquire(ctx, key, ttl, aopts...)
+	lock, err := c.acquireWith(ctx, key, ttl, acfg)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +152,7 @@ func (c *Client) campaign(ctx context.Context, cfg config, name, key, identity s
 			return nil, fmt.Errorf("%w: the context already leads %q as %q, not %q", ErrInvalidArgument, name, got, identity)
 		}
 	}
-	lease, err := lock.KeepAlive(ctx, opts...)
+	lease, err := lock.keepAlive(ctx, hold)
 	if err != nil {
 		_ = lock.Release(context.WithoutCancel(ctx))
 		return nil, err
@@ -167,37 +168,38 @@ func (c *Client) campaign(ctx context.Context, cfg config, name, key, identity s
 }
 
 // electionConfig checks the arguments of Campaign and Lead, and returns the
-// call's configuration and the election's lock key (without the prefix).
+// call's configuration, its Lease's, and the election's lock key (without the
+// prefix).
 // identity is checked unless ctx already leads the election (then it is
 // compared with the outer leadership's by campaign).
-func (c *Client) electionConfig(ctx context.Context, name string, identity *string, ttl time.Duration, opts []Option) (config, string, error) {
-	cfg := c.cfg
-	if err := cfg.apply(opts); err != nil {
-		return cfg, "", err
+func (c *Client) electionConfig(ctx context.Context, name string, identity *string, ttl time.Duration, opts []DoOption) (config, holdConfig, string, error) {
+	cfg, hold := c.cfg, holdConfig{}
+	if err := applyOptions(opts, &cfg, &hold); err != nil {
+		return cfg, hold, "", err
 	}
 	if name == "" {
-		return cfg, "", fmt.Errorf("%w: empty election name", ErrInvalidArgument)
+		return cfg, hold, "", fmt.Errorf("%w: empty election name", ErrInvalidArgument)
 	}
 	if err := checkIdentity(*identity); err != nil {
-		return cfg, "", err
+		return cfg, hold, "", err
 	}
 	if !cfg.fencing {
-		return cfg, "", fmt.Errorf("%w: election %q: fencing is off, but the term is the fencing token (drop WithFencing(false))", ErrInvalidArgument, name)
+		return cfg, hold, "", fmt.Errorf("%w: election %q: fencing is off, but the term is the fencing token (drop WithFencing(false))", ErrInvalidArgument, name)
 	}
 	key := ElectionKey(name)
 	if heldLease(ctx, c, cfg.prefix+key) != nil {
-		return cfg, key, nil // nested: the outer leadership's TTL stands
+		return cfg, hold, key, nil // nested: the outer leadership's TTL stands
 	}
 	if _, err := checkAcquire(key, ttl, cfg); err != nil {
-		return cfg, "", err
+		return cfg, hold, "", err
 	}
-	if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
-		return cfg, "", err
+	if _, err := hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+		return cfg, hold, "", err
 	}
 	if c.eng.Closed() {
-		return cfg, "", ErrClosed
+		return cfg, hold, "", ErrClosed
 	}
-	return cfg, key, nil
+	return cfg, hold, key, nil
 }
 
 // checkIdentity rejects an identity that is empty, longer than
@@ -405,17 +407,17 @@ const leadRetryPause = 250 * time.Millisecond
 // for a nil fn) before contacting a node, and ErrClosed once the Client is
 // closed. opts are Campaign's; when its retry policy gives up, Lead campaigns
 // again after 250 ms.
-func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Duration, fn func(ctx context.Context, l *Leadership) error, opts ...Option) error {
+func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Duration, fn func(ctx context.Context, l *Leadership) error, opts ...DoOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
+	cfg, hold, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
 	if err != nil {
 		return err
 	}
 	var firstTerm uint64
 	for {
-		l, err := c.campaign(ctx, cfg, name, key, identity, ttl, opts)
+		l, err := c.campaign(ctx, cfg, hold, name, key, identity, ttl)
 		switch {
 		case ctx.Err() != nil:
 			if l != nil { // elected as ctx ended

@@ -602,3 +602,16 @@ func newClientOver(t *testing.T, nodes []*testNode) *redlock.Client {
 	t.Cleanup(func() { require.NoError(t, rl.Close()) })
 	return rl
 }
+
+// doOptions returns opts then hold as the options of a call that acquires
+// and holds (Do, CheckTTL, ...).
+func doOptions(opts []redlock.Option, hold ...redlock.HoldOption) []redlock.DoOption {
+	out := make([]redlock.DoOption, 0, len(opts)+len(hold))
+	for _, o := range opts {
+		out = append(out, o)
+	}
+	for _, h := range hold {
+		out = append(out, h)
+	}
+	return out
+}

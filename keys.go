@@ -8,19 +8,21 @@ import (
 )
 
 // fenceKey names the fencing counter of lock key name: "{name}:fence", or
-// "name:fence" when name already has a hash tag (see slotKey).
-func fenceKey(name string) string { return slotKey(name, ":fence") }
+// "name:fence" when name already has a hash tag (see SiblingKey).
+func fenceKey(name string) string { return SiblingKey(name, ":fence") }
 
 // epochKey names the amnesia guard's epoch of lock key name (a hash with
-// `born` and `trusted`): "{name}:epoch", or "name:epoch" (see slotKey).
-func epochKey(name string) string { return slotKey(name, ":epoch") }
+// `born` and `trusted`): "{name}:epoch", or "name:epoch" (see SiblingKey).
+func epochKey(name string) string { return SiblingKey(name, ":epoch") }
 
-// slotKey appends suffix to name so that the result shares name's Redis
-// Cluster hash slot: the slot of a key without a hash tag is that of the
-// whole key, so it becomes the tag ("{name}suffix"); a key that has a tag
-// keeps it ("namesuffix"). checkKeyName rejects the names for which neither
-// works.
-func slotKey(name, suffix string) string {
+// SiblingKey names a key kept beside the key name (as it is on the nodes,
+// prefix included) in its Redis Cluster hash slot, as the library keeps a
+// lock's fencing counter (":fence") and amnesia guard epoch (":epoch"), and
+// redlock exec its holder record (":holder"). It appends suffix; a name
+// without a hash tag becomes the tag: "{name}suffix". A name that has one
+// keeps it: "namesuffix". Acquire refuses the names for which neither works
+// (a brace but no tag, such as "a{}b").
+func SiblingKey(name, suffix string) string {
 	if hasHashTag(name) {
 		return name + suffix
 	}

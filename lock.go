@@ -49,8 +49,8 @@ type Lock struct {
 	// each key's lock key, counter and epoch in turn, and Release and
 	// Extend send the multi-key scripts.
 	multi *multiKeys
-	// state is shared by every handle of this lock: those Extend derives,
-	// the copies KeepAlive makes, and nested (reentrant) handles; and by
+	// state is shared by every handle of this lock: those Extend derives
+	// and nested (reentrant) handles; and by
 	// the acquisition's late replies.
 	state *lockState
 }

@@ -111,7 +111,7 @@ func (m *MultiLock) Extend(ctx context.Context, ttl time.Duration) (*MultiLock, 
 // The Lease's Key is the keys joined by ",", and its Token the first key's:
 // take every key's token from Token or Tokens. The Lease's context is not
 // reentrant for Acquire of one of the keys.
-func (m *MultiLock) KeepAlive(ctx context.Context, opts ...Option) (*Lease, error) {
+func (m *MultiLock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, error) {
 	return m.lock.KeepAlive(ctx, opts...)
 }
 

@@ -10,24 +10,64 @@ import (
 	"time"
 )
 
-// Option configures a Client (New, Dial) or one call (Acquire, TryAcquire).
-// An option given bad values makes the call return ErrInvalidArgument.
+// Option configures a Client (New, Dial) or one call (Acquire, TryAcquire,
+// Do, ...). An option given bad values makes the call return
+// ErrInvalidArgument. The options of a Lease alone are HoldOptions.
 type Option func(*config) error
 
-// apply applies opts in order, the one option loop of New, Acquire,
-// KeepAlive, Do and CheckTTL: a nil option or an option's own error (which
-// wraps ErrInvalidArgument) stops it.
-func (cfg *config) apply(opts []Option) error {
+// HoldOption configures how a Lease keeps a lock: WithExtendInterval and
+// WithMaxHold. Lock.KeepAlive and MultiLock.KeepAlive take only HoldOptions;
+// Do and the other calls that both acquire and hold take both kinds (see
+// DoOption); Acquire takes none. An option given bad values makes the call
+// return ErrInvalidArgument.
+type HoldOption func(*holdConfig) error
+
+// DoOption is an option of a call that both acquires a lock and keeps it
+// (Client.Do, Semaphore.Do, Campaign, Lead) or checks both (CheckTTL): every
+// Option and every HoldOption is one, so that
+//
+//	c.Do(ctx, key, ttl, fn, redlock.WithFencing(true), redlock.WithMaxHold(time.Minute))
+//
+// mixes them. The Options set the acquisition and the Lease's extensions,
+// the HoldOptions the Lease. They apply in order. No other type is one.
+type DoOption interface {
+	// applyTo sets an Option's field of c, or a HoldOption's of h.
+	applyTo(c *config, h *holdConfig) error
+}
+
+func (o Option) applyTo(c *config, _ *holdConfig) error {
+	if o == nil {
+		return errNilOption
+	}
+	return o(c)
+}
+
+func (o HoldOption) applyTo(_ *config, h *holdConfig) error {
+	if o == nil {
+		return errNilOption
+	}
+	return o(h)
+}
+
+var errNilOption = fmt.Errorf("%w: nil option", ErrInvalidArgument)
+
+// applyOptions applies opts in order, the one option loop of every call: a
+// nil option or an option's own error (which wraps ErrInvalidArgument) stops
+// it. h may be nil when O is Option, c when O is HoldOption.
+func applyOptions[O DoOption](opts []O, c *config, h *holdConfig) error {
 	for _, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: nil option", ErrInvalidArgument)
+		if DoOption(o) == nil {
+			return errNilOption
 		}
-		if err := o(cfg); err != nil {
+		if err := o.applyTo(c, h); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// apply applies the Options opts to cfg (see applyOptions).
+func (cfg *config) apply(opts []Option) error { return applyOptions(opts, cfg, nil) }
 
 type config struct {
 	driftFactor float64
@@ -41,8 +81,7 @@ type config struct {
 	retention   time.Duration // of each key's counter and epoch (WithRetention)
 	minHold     time.Duration // WithMinHold (minhold.go); 0: none
 	logger      *slog.Logger
-	observer    Observer   // nil: none (observe.go)
-	hold        holdConfig // KeepAlive and Do (do.go)
+	observer    Observer // nil: none (observe.go)
 
 	mutant mutantKnobs // chaos mutant hook: none but in the harness's mutants (mutants_on.go)
 }
@@ -301,14 +340,14 @@ func RandomOwner() (string, error) {
 // extension. Default: a third of the TTL, so that the lock still has about
 // two thirds of its validity when an extension starts. d must be positive
 // (else ErrInvalidArgument from the option) and below the validity of a fresh
-// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument).
-// Acquire and Extend ignore it.
-func WithExtendInterval(d time.Duration) Option {
-	return func(c *config) error {
+// lock, ttl − drift (else KeepAlive and Do return ErrInvalidArgument). A
+// nested Lease (see Reentrancy) does not extend: the outer one does.
+func WithExtendInterval(d time.Duration) HoldOption {
+	return func(h *holdConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: extension interval %v must be positive", ErrInvalidArgument, d)
 		}
-		c.hold.interval = d
+		h.interval = d
 		return nil
 	}
 }
@@ -317,15 +356,16 @@ func WithExtendInterval(d time.Duration) Option {
 // after KeepAlive was called, it stops extending and ends its context with a
 // cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
 // TTL unless released first. Do releases the lock at once, at the limit,
-// even if its function ignores its context and keeps running. 0 means no
-// limit (the default); a negative d gives ErrInvalidArgument. Acquire and
-// Extend ignore it.
-func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
+// even if its function ignores its context and keeps running; a nested Do
+// (see Reentrancy) ends its function's context and leaves the lock to the
+// outer holder. 0 means no limit (the default); a negative d gives
+// ErrInvalidArgument.
+func WithMaxHold(d time.Duration) HoldOption {
+	return func(h *holdConfig) error {
 		if d < 0 {
 			return fmt.Errorf("%w: maximum hold time %v must not be negative", ErrInvalidArgument, d)
 		}
-		c.hold.maxHold = d
+		h.maxHold = d
 		return nil
 	}
 }

@@ -51,12 +51,22 @@ var badOptions = []struct {
 	{"nil observer", redlock.WithObserver(nil), "observer"},
 	{"nil ObserverFunc", redlock.WithObserver(redlock.ObserverFunc(nil)), "observer"},
 	{"nil observer pointer", redlock.WithObserver((*eventLog)(nil)), "observer"},
-	{"zero extension interval", redlock.WithExtendInterval(0), "extension interval"},
-	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
-	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
 	{"negative quarantine", redlock.WithQuarantine(-time.Second), "quarantine"},
 	{"quarantine longer than the retention", redlock.WithQuarantine(48 * time.Hour), "retention"},
 	{"nil option", nil, "nil option"},
+}
+
+// badHoldOptions are a Lease's options whose values must be refused, with
+// words the error message must contain.
+var badHoldOptions = []struct {
+	name string
+	opt  redlock.HoldOption
+	msg  string
+}{
+	{"zero extension interval", redlock.WithExtendInterval(0), "extension interval"},
+	{"negative extension interval", redlock.WithExtendInterval(-time.Second), "extension interval"},
+	{"negative hold limit", redlock.WithMaxHold(-time.Second), "maximum hold time"},
+	{"nil hold option", nil, "nil option"},
 }
 
 // badForTTL10s are options that New and Dial accept but every call with a
@@ -275,27 +285,46 @@ func TestDial_CloseClosesConnections(t *testing.T) {
 
 // Every option is checked by every call that takes options, before any round
 // trip: an invalid one never reaches an operation, where a typed nil function
-// would panic.
+// would panic. The calls that both acquire and hold (Do, Semaphore.Do,
+// Campaign, Lead, CheckTTL) check both kinds; KeepAlive its HoldOptions.
 func TestOptions_BadInputInEveryCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		ev := &eventLog{}
 		c := newCluster(t, 3, redlock.WithObserver(ev))
 		l := c.acquire(t, ctx, "held", ttl10s)
+		sem, err := c.rl.Semaphore("sem", 2)
+		require.NoError(t, err)
 		ran := false
+		fn := func(context.Context, *redlock.Lease) error { ran = true; return nil }
+		lead := func(context.Context, *redlock.Leadership) error { ran = true; return nil }
+		requireRefused := func(name string, opt redlock.DoOption, msg string) {
+			t.Helper()
+			for call, do := range map[string]func() error{
+				"Do":           func() error { return c.rl.Do(ctx, "k", ttl10s, fn, opt) },
+				"Semaphore.Do": func() error { return sem.Do(ctx, ttl10s, fn, opt) },
+				"Campaign":     func() error { _, err := c.rl.Campaign(ctx, "e", "a", ttl10s, opt); return err },
+				"Lead":         func() error { return c.rl.Lead(ctx, "e", "a", ttl10s, lead, opt) },
+				"CheckTTL":     func() error { return redlock.CheckTTL(ttl10s, opt) },
+			} {
+				var err error
+				require.NotPanics(t, func() { err = do() }, "%s: %s", call, name)
+				require.ErrorIs(t, err, redlock.ErrInvalidArgument, "%s: %s", call, name)
+				assert.ErrorContains(t, err, msg, "%s: %s", call, name)
+			}
+		}
 		for _, tc := range append(badOptions[:len(badOptions):len(badOptions)], badForTTL10s...) {
-			var err error
-			require.NotPanics(t, func() {
-				err = c.rl.Do(ctx, "k", ttl10s, func(context.Context, *redlock.Lease) error { ran = true; return nil }, tc.opt)
-			}, tc.name)
-			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "Do: %s", tc.name)
-			assert.ErrorContains(t, err, tc.msg, "Do: %s", tc.name)
+			requireRefused(tc.name, tc.opt, tc.msg)
 			require.NotPanics(t, func() { _, err = c.rl.TryAcquire(ctx, "k", ttl10s, tc.opt) }, tc.name)
 			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "TryAcquire: %s", tc.name)
+		}
+		for _, tc := range badHoldOptions {
+			requireRefused(tc.name, tc.opt, tc.msg)
 			require.NotPanics(t, func() { _, err = l.KeepAlive(ctx, tc.opt) }, tc.name)
 			require.ErrorIs(t, err, redlock.ErrInvalidArgument, "KeepAlive: %s", tc.name)
 			assert.ErrorContains(t, err, tc.msg, "KeepAlive: %s", tc.name)
 		}
+		requireRefused("nil DoOption", nil, "nil option")
 		assert.False(t, ran, "fn never ran")
 		n, _ := ev.count(redlock.OpAcquire)
 		assert.Equal(t, 1, n, "no attempt was made with a bad option")

@@ -111,11 +111,11 @@
 // Client.Do and Lock.KeepAlive keep a lock through a Lease. Extensions are
 // made every interval (WithExtendInterval, default TTL/3) with the lock's TTL;
 // each is owner-checked, needs a majority and never revives an expired lock
-// (see Lock.Extend). The options that matter to a Lease and its extensions are
-// WithExtendInterval, WithMaxHold, WithNodeTimeout, WithLogger and
-// WithObserver. The Lease's context (Lease.Context, Lease.Done) is canceled,
-// with a cause that Lease.Err returns (the same as context.Cause of it), as
-// soon as:
+// (see Lock.Extend). A Lease's own options are HoldOptions
+// (WithExtendInterval, WithMaxHold); its extensions use the lock's Options
+// (those of its acquisition: WithNodeTimeout, WithLogger, WithObserver, ...).
+// The Lease's context (Lease.Context, Lease.Done) is canceled, with a cause
+// that Lease.Err returns (the same as context.Cause of it), as soon as:
 //
 //   - an extension fails (the cause wraps ErrLockLost and Extend's
 //     *QuorumError);
@@ -144,7 +144,8 @@
 // Reentrancy), fn runs under the outer holder's lock, its lease reports the
 // outer Lease's validity, and the outermost Do releases the lock. For a nested
 // handle, KeepAlive returns a Lease that neither extends nor releases: its
-// context ends with the outer holder's.
+// context ends with the outer holder's, or at its own hold limit
+// (WithMaxHold); the outer Lease's interval stands.
 //
 // # Node timeouts
 //
@@ -340,15 +341,43 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	return dial(urls, nil, opts)
 }
 
+// ParseNodes splits a comma-separated node list, such as a --nodes flag or
+// an environment variable, into Dial's URLs: each entry is trimmed, and
+// "host:port" becomes "redis://host:port". A list of blanks is no node
+// (nil, nil). An empty entry ("a,,b", or a comma at either end) gives
+// ErrInvalidArgument rather than a node silently left out of the quorum; the
+// error names the entry by its index, never the list, which may hold
+// passwords. The URLs themselves are checked by Dial.
+func ParseNodes(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	urls := make([]string, len(parts))
+	for i, n := range parts {
+		if n = strings.TrimSpace(n); n == "" {
+			return nil, fmt.Errorf("%w: node %d of %d is empty (two commas in a row, or a comma at an end)", ErrInvalidArgument, i, len(parts))
+		}
+		urls[i] = nodeURL(n)
+	}
+	return urls, nil
+}
+
+// nodeURL returns u, or "redis://u" for a plain "host:port".
+func nodeURL(u string) string {
+	if !strings.Contains(u, "://") && u != "" {
+		return "redis://" + u
+	}
+	return u
+}
+
 // dial is Dial; adjust, when not nil, may change node i's options before its
 // client is made (tests give the nodes an in-memory dialer).
 func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*Client, error) {
 	nodes := make([]*node, len(urls))
 	parsed := make([]*redis.Options, len(urls))
 	for i, u := range urls {
-		if !strings.Contains(u, "://") && u != "" {
-			u = "redis://" + u // host:port
-		}
+		u = nodeURL(u)
 		o, err := parseNodeURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %d: %v", ErrInvalidArgument, i, redactErr(err, u))
@@ -600,6 +629,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	return c.acquireWith(ctx, key, ttl, cfg)
+}
+
+// acquireWith is Acquire once its options were applied (Do and Campaign
+// acquire through it): reentrant, observed, with cfg.
+func (c *Client) acquireWith(ctx context.Context, key string, ttl time.Duration, cfg config) (*Lock, error) {
 	if l, ok, err := c.reentrant(ctx, key, cfg); ok {
 		return l, err
 	}

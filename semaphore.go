@@ -29,7 +29,7 @@ const maxWatchedSlots = 8
 // and epoch sit beside it as for any lock. Show a slot's state with Inspect
 // (or `redlock status --key`) on this key; do not Acquire it yourself.
 func PermitKey(name string, slot int) string {
-	return slotKey(name, ":permit:"+strconv.Itoa(slot))
+	return SiblingKey(name, ":permit:"+strconv.Itoa(slot))
 }
 
 // Semaphore is a counting semaphore over the Client's nodes: at most
@@ -126,30 +126,35 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) (*Permit, error)
 // limit), the context's error when ctx ended; ErrInvalidArgument for a
 // bad ttl or option, ErrClosed when the Client is closed.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Option) (*Permit, error) {
-	return s.acquire(ctx, ttl, opts, true)
+	cfg, _, err := semaphoreConfig(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.acquire(ctx, ttl, cfg, true)
 }
 
 // TryAcquire is Acquire with one round: it tries each slot once and
 // returns an error matching ErrTaken when all were taken.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration, opts ...Option) (*Permit, error) {
-	return s.acquire(ctx, ttl, opts, false)
-}
-
-// config returns the options of one call: the Client's, the semaphore's,
-// then opts.
-func (s *Semaphore) config(opts []Option) (config, error) {
-	cfg := s.c.cfg
-	if err := cfg.apply(s.opts); err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.apply(opts)
-}
-
-func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, opts []Option, wait bool) (*Permit, error) {
-	cfg, err := s.config(opts)
+	cfg, _, err := semaphoreConfig(s, opts)
 	if err != nil {
 		return nil, err
 	}
+	return s.acquire(ctx, ttl, cfg, false)
+}
+
+// semaphoreConfig returns the options of one call of s: the Client's, the
+// semaphore's, then opts.
+func semaphoreConfig[O DoOption](s *Semaphore, opts []O) (config, holdConfig, error) {
+	cfg, hold := s.c.cfg, holdConfig{}
+	if err := cfg.apply(s.opts); err != nil {
+		return cfg, hold, err
+	}
+	return cfg, hold, applyOptions(opts, &cfg, &hold)
+}
+
+// acquire is Acquire (wait) or TryAcquire once the options were applied.
+func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, cfg config, wait bool) (*Permit, error) {
 	if _, err := checkAcquire(PermitKey(s.name, 0), ttl, cfg); err != nil {
 		return nil, err
 	}
@@ -300,31 +305,31 @@ func sleepAny(ctx context.Context, ws []*lockWaiter, d, queued time.Duration) {
 	wg.Wait()
 }
 
-// Do takes a permit (as Acquire, with the same options plus
-// WithExtendInterval and WithMaxHold), runs fn under it with the rules of
+// Do takes a permit (as Acquire, with the same Options), runs fn under it,
+// kept with the HoldOptions of opts (DoOption), with the rules of
 // Client.Do: the permit is extended while fn runs, fn's ctx ends the moment
 // the permit can no longer be trusted (lease.Err() says why), and the
 // permit is released when fn returns or panics, or at the hold limit.
 // lease.Key() is the permit's slot key (PermitKey) and lease.Token() its
 // fencing token. It returns Acquire's error without running fn, else what
 // Client.Do returns; ErrInvalidArgument for a nil fn.
-func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error {
+func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg, err := s.config(opts)
+	cfg, hold, err := semaphoreConfig(s, opts)
 	if err != nil {
 		return err
 	}
 	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 		return err
 	}
-	if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+	if _, err := hold.intervalFor(ttl, cfg.driftFactor); err != nil {
 		return err
 	}
-	p, err := s.Acquire(ctx, ttl, opts...)
+	p, err := s.acquire(ctx, ttl, cfg, true)
 	if err != nil {
 		return err
 	}
-	return s.c.runLeased(ctx, p.Lock, fn, append(append([]Option(nil), s.opts...), opts...))
+	return s.c.runLeased(ctx, p.Lock, fn, hold)
 }

@@ -13,9 +13,10 @@ import (
 // CheckTTL reports, without contacting a node, whether a lock of the given
 // TTL can be acquired and kept alive with opts: it returns the error Acquire
 // (and TryAcquire) would return, else the one KeepAlive (and Do) would, else
-// nil. Give it the Client's options (New, Dial) followed by the call's; they
-// apply in that order, as in the calls. Every error wraps ErrInvalidArgument
-// (errors.Is) and names the failed rule with the calls' text:
+// nil. Give it the Client's options (New, Dial) followed by the call's
+// (Options and HoldOptions); they apply in that order, as in the calls.
+// Every error wraps ErrInvalidArgument (errors.Is) and names the failed rule
+// with the calls' text:
 //
 //   - an option's own check (a nil option, a drift factor outside [0, 1), a
 //     non-positive per-node timeout or extension interval, …);
@@ -28,9 +29,9 @@ import (
 //     extension interval (default ttl/3) below ttl − Drift(ttl, driftFactor).
 //
 // A nil result does not promise that Acquire succeeds: the nodes decide that.
-func CheckTTL(ttl time.Duration, opts ...Option) error {
-	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
+func CheckTTL(ttl time.Duration, opts ...DoOption) error {
+	cfg, hold := defaultConfig(), holdConfig{}
+	if err := applyOptions(opts, &cfg, &hold); err != nil {
 		return err
 	}
 	// The checks of Client.acquire, then those KeepAlive adds, in their
@@ -41,7 +42,7 @@ func CheckTTL(ttl time.Duration, opts ...Option) error {
 	if err := cfg.checkMinHold(ttl); err != nil {
 		return err
 	}
-	_, err := cfg.hold.intervalFor(ttl, cfg.driftFactor)
+	_, err := hold.intervalFor(ttl, cfg.driftFactor)
 	return err
 }
 

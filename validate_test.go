@@ -19,7 +19,7 @@ func TestCheckTTL_Rules(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ttl  time.Duration
-		opts []redlock.Option
+		opts []redlock.DoOption
 		want string // "" for nil, else a part of the message
 	}{
 		{"the defaults", 30 * time.Second, nil, ""},
@@ -28,14 +28,16 @@ func TestCheckTTL_Rules(t *testing.T) {
 		{"zero", 0, nil, "below Redis's 1 ms expiry precision"},
 		{"negative", -time.Second, nil, "below Redis's 1 ms expiry precision"},
 		{"not whole milliseconds", 1500 * time.Microsecond, nil, "not a whole number of milliseconds"},
-		{"drift leaves nothing", 2 * time.Millisecond, []redlock.Option{redlock.WithNodeTimeout(time.Microsecond)}, "leaves no validity"},
-		{"shorter per-node timeout", 5 * time.Millisecond, []redlock.Option{redlock.WithNodeTimeout(time.Millisecond)}, ""},
-		{"longer than the retention", 2 * time.Hour, []redlock.Option{redlock.WithRetention(time.Hour)}, "longer than the retention"},
-		{"quarantine beyond the retention", time.Second, []redlock.Option{redlock.WithQuarantine(2 * time.Hour), redlock.WithRetention(time.Hour)}, "shorter than the quarantine"},
-		{"interval at the validity", time.Second, []redlock.Option{redlock.WithExtendInterval(988 * time.Millisecond)}, "extension interval 988ms must be below the lock's validity 988ms"},
-		{"interval below the validity", time.Second, []redlock.Option{redlock.WithExtendInterval(987 * time.Millisecond)}, ""},
-		{"bad option", time.Second, []redlock.Option{redlock.WithDriftFactor(1)}, "drift factor 1 must be in [0, 1)"},
-		{"nil option", time.Second, []redlock.Option{nil}, "nil option"},
+		{"drift leaves nothing", 2 * time.Millisecond, []redlock.DoOption{redlock.WithNodeTimeout(time.Microsecond)}, "leaves no validity"},
+		{"shorter per-node timeout", 5 * time.Millisecond, []redlock.DoOption{redlock.WithNodeTimeout(time.Millisecond)}, ""},
+		{"longer than the retention", 2 * time.Hour, []redlock.DoOption{redlock.WithRetention(time.Hour)}, "longer than the retention"},
+		{"quarantine beyond the retention", time.Second, []redlock.DoOption{redlock.WithQuarantine(2 * time.Hour), redlock.WithRetention(time.Hour)}, "shorter than the quarantine"},
+		{"interval at the validity", time.Second, []redlock.DoOption{redlock.WithExtendInterval(988 * time.Millisecond)}, "extension interval 988ms must be below the lock's validity 988ms"},
+		{"interval below the validity", time.Second, []redlock.DoOption{redlock.WithExtendInterval(987 * time.Millisecond)}, ""},
+		{"bad option", time.Second, []redlock.DoOption{redlock.WithDriftFactor(1)}, "drift factor 1 must be in [0, 1)"},
+		{"nil Option", time.Second, []redlock.DoOption{redlock.Option(nil)}, "nil option"},
+		{"nil HoldOption", time.Second, []redlock.DoOption{redlock.HoldOption(nil)}, "nil option"},
+		{"nil DoOption", time.Second, []redlock.DoOption{nil}, "nil option"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := redlock.CheckTTL(tc.ttl, tc.opts...)
@@ -71,14 +73,14 @@ func TestCheckTTL_AgreesWithAcquireAndKeepAlive(t *testing.T) {
 		if rapid.Bool().Draw(rt, "quarantine") {
 			opts = append(opts, redlock.WithQuarantine(time.Duration(rapid.IntRange(0, 3000).Draw(rt, "quarantine_ms"))*time.Millisecond))
 		}
-		var hold []redlock.Option
+		var hold []redlock.HoldOption
 		if rapid.Bool().Draw(rt, "interval") {
 			hold = append(hold, redlock.WithExtendInterval(time.Duration(rapid.IntRange(1, 3000).Draw(rt, "interval_ms"))*time.Millisecond))
 		}
 		rapid.SyncTest(rt, func(rt *rapid.T) {
 			c := newCluster(rt, 3)
 			ctx := context.Background()
-			want := redlock.CheckTTL(ttl, append(opts, hold...)...)
+			want := redlock.CheckTTL(ttl, doOptions(opts, hold...)...)
 			lock, err := c.rl.TryAcquire(ctx, "k", ttl, opts...)
 			if errors.Is(err, redlock.ErrInvalidArgument) {
 				require.Error(rt, want, "Acquire refused %v: %v", ttl, err)

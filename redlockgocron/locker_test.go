@@ -273,10 +273,11 @@ func TestOptions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newReplica(t, newNodes(t, 3))
 		for name, opts := range map[string][]redlockgocron.Option{
-			"nil option":     {nil},
-			"zero ttl":       {redlockgocron.WithTTL(0)},
-			"fractional ttl": {redlockgocron.WithTTL(1500 * time.Microsecond)},
-			"negative hold":  {redlockgocron.WithMinHold(-time.Second)},
+			"nil option":      {nil},
+			"zero ttl":        {redlockgocron.WithTTL(0)},
+			"fractional ttl":  {redlockgocron.WithTTL(1500 * time.Microsecond)},
+			"negative hold":   {redlockgocron.WithMinHold(-time.Second)},
+			"nil hold option": {redlockgocron.WithHoldOptions(nil)},
 		} {
 			_, err := redlockgocron.NewLocker(c, opts...)
 			assert.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
@@ -290,8 +291,28 @@ func TestOptions(t *testing.T) {
 		_, err = redlockgocron.NewElector(c, redlockgocron.WithMinHold(time.Second))
 		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "the hold is a Locker's")
 		_, err = redlockgocron.NewLocker(c, redlockgocron.WithTTL(time.Second), redlockgocron.WithKeyPrefix("app:"),
-			redlockgocron.WithLockOptions(redlock.WithExtendInterval(200*time.Millisecond)))
+			redlockgocron.WithLockOptions(redlock.WithNodeTimeout(200*time.Millisecond)),
+			redlockgocron.WithHoldOptions(redlock.WithExtendInterval(200*time.Millisecond)))
 		assert.NoError(t, err)
+	})
+}
+
+// WithHoldOptions reach the Lease that keeps a job's lock: with a 100 ms
+// extension interval the lock has been extended by 150 ms (the default,
+// a third of the TTL, would extend it at 333 ms).
+func TestLocker_HoldOptionsReachTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newReplica(t, newNodes(t, 3))
+		l, err := redlockgocron.NewLocker(c, redlockgocron.WithTTL(time.Second), redlockgocron.WithMinHold(0),
+			redlockgocron.WithHoldOptions(redlock.WithExtendInterval(100*time.Millisecond)))
+		require.NoError(t, err)
+		ctx := context.Background()
+		lock, err := l.Lock(ctx, "report")
+		require.NoError(t, err)
+		first := l.Lease("report").ValidUntil()
+		time.Sleep(150 * time.Millisecond)
+		assert.Equal(t, first.Add(100*time.Millisecond), l.Lease("report").ValidUntil())
+		require.NoError(t, lock.Unlock(ctx))
 	})
 }
 

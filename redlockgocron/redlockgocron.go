@@ -50,6 +50,7 @@ type config struct {
 	minHold  time.Duration
 	holdSet  bool // WithMinHold was given
 	lockOpts []redlock.Option
+	holdOpts []redlock.HoldOption
 }
 
 func newConfig(client *redlock.Client, opts []Option) (config, error) {
@@ -109,8 +110,9 @@ func WithKeyPrefix(p string) Option {
 	}
 }
 
-// WithLockOptions adds redlock options to every acquisition and its Lease:
-// e.g. redlock.WithExtendInterval or redlock.WithNodeTimeout. Each attempt
+// WithLockOptions adds redlock options to every acquisition and its Lease's
+// extensions: e.g. redlock.WithNodeTimeout (the Lease's own options are
+// WithHoldOptions). Each attempt
 // is one (redlock.NoRetry; the Locker and the Elector retry themselves, see
 // Locker): a redlock.WithRetry here would wait for a busy lock and run the
 // tick again once the hold ends. The Locker's minimum hold overrides a
@@ -118,6 +120,22 @@ func WithKeyPrefix(p string) Option {
 func WithLockOptions(opts ...redlock.Option) Option {
 	return func(c *config) error {
 		c.lockOpts = append(c.lockOpts, opts...)
+		return nil
+	}
+}
+
+// WithHoldOptions adds redlock options to every Lease that keeps a lock:
+// e.g. redlock.WithExtendInterval. A nil one makes NewLocker and NewElector
+// return an error wrapping redlock.ErrInvalidArgument; one with a bad value,
+// Lock and IsLeader.
+func WithHoldOptions(opts ...redlock.HoldOption) Option {
+	return func(c *config) error {
+		for _, o := range opts {
+			if o == nil {
+				return fmt.Errorf("%w: redlockgocron: nil hold option", redlock.ErrInvalidArgument)
+			}
+		}
+		c.holdOpts = append(c.holdOpts, opts...)
 		return nil
 	}
 }
@@ -136,7 +154,7 @@ func (c config) acquire(ctx context.Context, client *redlock.Client, key string,
 	for attempt := 1; ; attempt++ {
 		lock, err := client.Acquire(ctx, key, ttl, opts...)
 		if err == nil {
-			lease, err := lock.KeepAlive(context.WithoutCancel(ctx))
+			lease, err := lock.KeepAlive(context.WithoutCancel(ctx), c.holdOpts...)
 			if err != nil {
 				_ = lock.Release(context.WithoutCancel(ctx))
 				return nil, err

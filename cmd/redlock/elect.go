@@ -155,22 +155,7 @@ func (f electFlags) check() error {
 		}
 	}
 	ef := execFlags{ttl: f.ttl, nodeTimeout: f.nodeTimeout, quarantine: f.quarantine, extendEvery: f.extendEvery}
-	var opts []redlock.Option
-	for _, c := range []struct {
-		flag  string
-		value time.Duration
-		opts  []redlock.Option
-	}{
-		{"--ttl", f.ttl, ef.timeoutOptions()},
-		{"--quarantine", f.quarantine, ef.guardOptions()},
-		{"--extend-every", f.extendEvery, ef.holdOptions()},
-	} {
-		opts = append(opts, c.opts...)
-		if err := redlock.CheckTTL(f.ttl, opts...); err != nil {
-			return fmt.Errorf("%s %v: %w", c.flag, c.value, err)
-		}
-	}
-	return nil
+	return ef.checkTTL()
 }
 
 // runElect implements `redlock elect`: it returns the process exit status.
@@ -239,7 +224,7 @@ func campaignForElect(ctx context.Context, client *redlock.Client, f electFlags,
 		case <-quit:
 		}
 	}()
-	l, err := client.Campaign(cctx, f.name, f.identity, f.ttl, ef.holdOptions()...)
+	l, err := client.Campaign(cctx, f.name, f.identity, f.ttl, asDoOptions(ef.holdOptions())...)
 	close(quit)
 	<-done
 	if got != nil {

@@ -230,15 +230,21 @@ func (f execFlags) check() error {
 	case strings.ContainsAny(f.fenceEnv, "=\x00"):
 		return fmt.Errorf("--fence-env %q is not a valid environment variable name", f.fenceEnv)
 	}
-	var opts []redlock.Option
+	return f.checkTTL()
+}
+
+// checkTTL checks --ttl with the options the other flags add, one flag at a
+// time, so that an error names the flag that made the TTL unusable.
+func (f execFlags) checkTTL() error {
+	var opts []redlock.DoOption
 	for _, c := range []struct {
 		flag  string
 		value time.Duration
-		opts  []redlock.Option
+		opts  []redlock.DoOption
 	}{
-		{"--ttl", f.ttl, f.timeoutOptions()},
-		{"--quarantine", f.quarantine, f.guardOptions()},
-		{"--extend-every", f.extendEvery, f.holdOptions()},
+		{"--ttl", f.ttl, asDoOptions(f.timeoutOptions())},
+		{"--quarantine", f.quarantine, asDoOptions(f.guardOptions())},
+		{"--extend-every", f.extendEvery, asDoOptions(f.holdOptions())},
 	} {
 		opts = append(opts, c.opts...)
 		if err := redlock.CheckTTL(f.ttl, opts...); err != nil {
@@ -246,6 +252,16 @@ func (f execFlags) check() error {
 		}
 	}
 	return nil
+}
+
+// asDoOptions returns opts as options of a call that both acquires and
+// holds a lock (redlock.CheckTTL, Campaign).
+func asDoOptions[O redlock.DoOption](opts []O) []redlock.DoOption {
+	out := make([]redlock.DoOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }
 
 // timeoutOptions sets the per-node timeout, when --node-timeout is given.
@@ -273,9 +289,9 @@ func (f execFlags) guardOptions() []redlock.Option {
 
 // holdOptions are the library options the flags set on the Lease: the
 // extension interval, when --extend-every is given.
-func (f execFlags) holdOptions() []redlock.Option {
+func (f execFlags) holdOptions() []redlock.HoldOption {
 	if f.extendEvery > 0 {
-		return []redlock.Option{redlock.WithExtendInterval(f.extendEvery)}
+		return []redlock.HoldOption{redlock.WithExtendInterval(f.extendEvery)}
 	}
 	return nil
 }
@@ -303,35 +319,11 @@ func nodesFlag(flagValue string) ([]string, error) {
 	if flagValue == "" {
 		flagValue, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	nodes, err := splitNodes(flagValue)
+	nodes, err := redlock.ParseNodes(flagValue)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return nodes, nil
-}
-
-// splitNodes splits a comma-separated node list; "host:port" means
-// "redis://host:port". A list of blanks is no node. An empty entry ("a,,b",
-// or a comma at either end) is an error, not skipped: it is a slip that
-// would leave a node out of the quorum without a word. The error names
-// the entry by its index, never the list, which may hold passwords.
-func splitNodes(s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	parts := strings.Split(s, ",")
-	out := make([]string, 0, len(parts))
-	for i, n := range parts {
-		n = strings.TrimSpace(n)
-		if n == "" {
-			return nil, fmt.Errorf("node %d of %d is empty (two commas in a row, or a comma at an end)", i, len(parts))
-		}
-		if !strings.Contains(n, "://") {
-			n = "redis://" + n
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // contactTimeout is the per-node timeout of the CLI's own requests (INFO
@@ -383,7 +375,8 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 
 	f.warnFewNodes(stderr)
-	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr)...)
+	extended := make(chan struct{}, 1)
+	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr, extended)...)
 	if client == nil {
 		return code
 	}
@@ -401,7 +394,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)
-	lease, stopKeeping, err := keepHeld(bg, lock, conns, f, who)
+	lease, stopKeeping, err := keepHeld(bg, lock, conns, f, who, extended)
 	if err != nil {
 		_ = lock.Release(bg)
 		conns.deleteHolder(bg, f.key, who)
@@ -424,24 +417,14 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // clientOptions are the library options of exec's Client: its log lines go
 // to stderr (every attempt, extension and release with -v, else errors
-// only: exec prints its own one-line notices), and those the flags set.
-func (f execFlags) clientOptions(stderr io.Writer) []redlock.Option {
+// only: exec prints its own one-line notices), a signal on extended after
+// each successful extension (without blocking), and those the flags set.
+func (f execFlags) clientOptions(stderr io.Writer, extended chan<- struct{}) []redlock.Option {
 	level := slog.LevelError
 	if f.verbose {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return append([]redlock.Option{redlock.WithLogger(logger)}, f.lockOptions()...)
-}
-
-// keepHeld starts the Lease that extends lock while COMMAND runs, and the
-// goroutine that makes the holder record follow its extensions. ctx must
-// not be main's: when a signal cancels that, COMMAND is only asked to stop,
-// and the lock must stay held until it has. stop ends the Lease without a
-// release and waits for the goroutine.
-func keepHeld(ctx context.Context, lock *redlock.Lock, conns *nodeConns, f execFlags, who holder) (lease *redlock.Lease, stop func(), err error) {
-	keepCtx, stopKeeping := context.WithCancel(ctx)
-	extended := make(chan struct{}, 1)
 	onExtend := redlock.WithObserver(redlock.ObserverFunc(func(ev redlock.Event) {
 		if ev.Op == redlock.OpExtend && ev.OK {
 			select {
@@ -450,7 +433,17 @@ func keepHeld(ctx context.Context, lock *redlock.Lock, conns *nodeConns, f execF
 			}
 		}
 	}))
-	lease, err = lock.KeepAlive(keepCtx, append(f.holdOptions(), onExtend)...)
+	return append([]redlock.Option{redlock.WithLogger(logger), onExtend}, f.lockOptions()...)
+}
+
+// keepHeld starts the Lease that extends lock while COMMAND runs, and the
+// goroutine that makes the holder record follow its extensions (extended,
+// see clientOptions). ctx must not be main's: when a signal cancels that,
+// COMMAND is only asked to stop, and the lock must stay held until it has.
+// stop ends the Lease without a release and waits for the goroutine.
+func keepHeld(ctx context.Context, lock *redlock.Lock, conns *nodeConns, f execFlags, who holder, extended <-chan struct{}) (lease *redlock.Lease, stop func(), err error) {
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	lease, err = lock.KeepAlive(keepCtx, f.holdOptions()...)
 	if err != nil {
 		stopKeeping()
 		return nil, nil, err

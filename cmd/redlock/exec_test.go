@@ -287,7 +287,7 @@ func TestExec_MajorityDownIsUnavailableNotBusy(t *testing.T) {
 		t.Run(down, func(t *testing.T) {
 			servers, nodes := startNodes(t, 5)
 			ctx := context.Background()
-			urls, err := splitNodes(nodes)
+			urls, err := redlock.ParseNodes(nodes)
 			require.NoError(t, err)
 			holder, err := redlock.Dial(urls)
 			require.NoError(t, err)
@@ -324,7 +324,7 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, `key "job": free on all 3 nodes`)
 
-	urls, err := splitNodes(nodes)
+	urls, err := redlock.ParseNodes(nodes)
 	require.NoError(t, err)
 	rl, err := redlock.Dial(urls, redlock.WithoutAmnesiaGuard())
 	require.NoError(t, err)

@@ -241,13 +241,8 @@ type holder struct {
 
 // holderKey names key's holder record: "{key}:holder", or "key:holder" when
 // key has a Redis Cluster hash tag already, so that it shares the lock key's
-// slot (as the library's fencing counter does).
-func holderKey(key string) string {
-	if open := strings.IndexByte(key, '{'); open >= 0 && strings.IndexByte(key[open+1:], '}') > 0 {
-		return key + ":holder"
-	}
-	return "{" + key + "}:holder"
-}
+// slot (redlock.SiblingKey).
+func holderKey(key string) string { return redlock.SiblingKey(key, ":holder") }
 
 func newHolder(l *redlock.Lock) holder {
 	host, err := os.Hostname()

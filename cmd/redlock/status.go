@@ -88,7 +88,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *nodes == "" {
 		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	urls, err := splitNodes(*nodes)
+	urls, err := redlock.ParseNodes(*nodes)
 	switch {
 	case err != nil:
 		return bad("%s: %v", source, err)

@@ -131,9 +131,9 @@ func (s *Store) Load(ctx context.Context, clientID string) (report []byte, token
 // Other errors: redlock.ErrInvalidArgument (wrapped) for a nil ctx, locks,
 // store or build, or an empty clientID; the lock's other failures (too few
 // nodes: redlock.ErrNotAcquired without ErrTaken), build's error, the store's.
-// opts go to Do after the retry policy (WithExtendInterval, say).
+// opts go to Do after the retry policy (redlock.WithExtendInterval, say).
 // locks is not closed.
-func BuildReport(ctx context.Context, locks *redlock.Client, store *Store, clientID string, build func(ctx context.Context) ([]byte, error), opts ...redlock.Option) (built bool, err error) {
+func BuildReport(ctx context.Context, locks *redlock.Client, store *Store, clientID string, build func(ctx context.Context) ([]byte, error), opts ...redlock.DoOption) (built bool, err error) {
 	switch {
 	case locks == nil:
 		return false, fmt.Errorf("dailyreport: nil redlock client: %w", redlock.ErrInvalidArgument)
@@ -167,7 +167,7 @@ func BuildReport(ctx context.Context, locks *redlock.Client, store *Store, clien
 		}
 		built = true
 		return nil
-	}, append([]redlock.Option{redlock.WithRetry(redlock.ExponentialRetry(10*time.Millisecond, 100*time.Millisecond, Attempts))}, opts...)...)
+	}, append([]redlock.DoOption{redlock.WithRetry(redlock.ExponentialRetry(10*time.Millisecond, 100*time.Millisecond, Attempts))}, opts...)...)
 	switch {
 	case err == nil:
 		return built, nil
