@@ -148,6 +148,35 @@ func TestAcquireMulti_WaitsForTheHolder(t *testing.T) {
 	})
 }
 
+// The schedule TestMultiLockInvariants shrank to: a multi-key lock {b,c}
+// is released while another Client's AcquireMulti {a,b} waits for b. The
+// release tells b's waiter and must still delete c: no key is left after
+// every lock was released.
+func TestAcquireMulti_ReleaseWithAWaiterDeletesEveryKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, noGuard)
+		other := c.secondClient(t, noGuard)
+		ctx := context.Background()
+		m, err := c.rl.TryAcquireMulti(ctx, []string{"b", "c"}, 3*time.Second)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			m, err := other.AcquireMulti(ctx, []string{"a", "b"}, 3*time.Second)
+			if err == nil {
+				err = m.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the waiter subscribes to b's releases
+		synctest.Wait()
+		require.NoError(t, m.Release(ctx))
+		require.NoError(t, <-got)
+		for _, k := range []string{"a", "b", "c"} {
+			c.requireGone(t, k)
+		}
+	})
+}
+
 // A cancelled wait leaves no key behind and reports the context's error.
 func TestAcquireMulti_CancelLeavesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -105,7 +105,9 @@ end
 `
 
 // multiReleaseLua deletes every lock key that holds the owner value
-// ARGV[1], telling each deleted key's longest waiter (luaWakeNext). With
+// ARGV[1], then tells each deleted key's longest waiter (luaWakeNext, no
+// channel passed over): the deletes come first, so that nothing the
+// wake-up does can end the script with a key of ours left. With
 // ARGV[2] = "1" it also does, where it deletes key i, what the
 // acquisition's follow-up writes do (releaseVouchScript): counter :=
 // max(counter, ARGV[2 + i]) and the epoch trusted, only where they exist;
@@ -125,10 +127,8 @@ for i = 1, k do
     other = true
   end
 end
-local woke = 1
 for _, i in ipairs(ours) do
-  local lk = KEYS[3 * i - 2]
-  redis.call('DEL', lk)
+  redis.call('DEL', KEYS[3 * i - 2])
   if ARGV[2] == '1' then
     local tok = ARGV[2 + i]
     local c = redis.call('GET', KEYS[3 * i - 1])
@@ -139,7 +139,10 @@ for _, i in ipairs(ours) do
       redis.call('HSET', KEYS[3 * i], 'trusted', '1')
     end
   end
-  if wakeNext(lk, ARGV[1]) == 2 then woke = 2 end
+end
+local woke = 1
+for _, i in ipairs(ours) do
+  if wakeNext(KEYS[3 * i - 2], ARGV[1], #ARGV + 1) == 2 then woke = 2 end
 end
 if #ours == k then return woke end
 if other then return -1 end
