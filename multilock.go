@@ -445,31 +445,9 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 	}, -1, nil
 }
 
-// vote asks every node to set every key (as acquisition.vote).
+// vote asks every node to set every key (acquireVote, as acquisition.vote).
 func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
-	c := a.c
-	prev := calls.last
-	acq, over := c.voteAcquire(voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
-		r := reply{Err: errShed, Shed: true}
-		if err := a.ctx.Err(); err != nil {
-			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
-		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
-			r = a.grant(ctx, n)
-			n.Exit()
-		}
-		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
-			n.AddLate(-1)
-		}
-		return r
-	}, a.late)
-	calls.add(over)
-	calls.last = a.shared
-	for i, n := range c.nodes {
-		if a.shared.calls.markLate(i) {
-			n.AddLate(1)
-		}
-	}
-	return acq
+	return a.c.acquireVote(voteCtx, a.ctx, a.timeout, a.start.Add(a.ttl), a.shared, calls, a.grant, a.late)
 }
 
 // grant runs the script on node n and reads its answer into a.per[n.Idx].

@@ -17,7 +17,7 @@ package redlock
 // age in ms, with the rules of acquireScript applied to each key. The SET
 // keeps NX, a no-op after the check: a mutant that skips the check then
 // sets only the free keys.
-const multiAcquireLua = luaHelpers + `
+const multiAcquireLua = luaGrantRules + `
 local k = #KEYS / 3
 local held = {}
 for i = 1, k do
@@ -34,50 +34,17 @@ if #held > 0 then
 end
 local r = tonumber(ARGV[4])
 local q = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {1}
 for i = 1, k do
   local lk, fk, ek = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   redis.call('SET', lk, ARGV[1], 'NX', 'PX', ARGV[2])
   local c = 0
   if ARGV[5] == '1' then
-    c = redis.call('INCR', fk)
-    if c ~= 1 then
-      redis.call('PEXPIRE', fk, r)
-    else
-      local d = us - tonumber(ARGV[6])
-      if d >= -25000 and d <= 25000 then -- as acquireScript: the proposal within 25 ms either way
-        redis.call('SET', fk, ARGV[7], 'PX', r)
-        c = tonumber(ARGV[7])
-      else
-        c = redis.call('INCRBY', fk, micros(t))
-        redis.call('PEXPIRE', fk, r)
-      end
-    end
+    c = seeded(fk, redis.call('INCR', fk), r)
   end
   local st, age = 0, 0
   if q >= 0 then
-    local e = redis.call('HMGET', ek, 'born', 'trusted', 'void')
-    if e[2] == '1' then
-      redis.call('PEXPIRE', ek, r)
-    elseif not e[1] then
-      redis.call('HSET', ek, 'born', now, 'by', ARGV[1], 'void', '1')
-      redis.call('PEXPIRE', ek, r)
-      st = 2
-    else
-      redis.call('PEXPIRE', ek, r)
-      age = now - tonumber(e[1])
-      if age >= q then
-        st = 3
-      elseif e[3] then
-        redis.call('HSET', ek, 'by', ARGV[1])
-        st = 2
-      else
-        st = 1
-      end
-    end
+    st, age = epoch(ek, ARGV[1], q, r)
   end
   out[#out + 1] = c
   out[#out + 1] = st
