@@ -769,10 +769,11 @@ func (a *multiAcq) late(r reply) {
 	a.undo().Run(ctx, a.c.nodes[r.Idx])
 }
 
-// undo is the owner-checked delete of every key of the attempt. Grants
-// create epochs void, so no epoch needs voiding.
+// undo is the owner-checked delete of every key of the attempt, telling
+// no waiter (multiReleaseLua). Grants create epochs void, so no epoch
+// needs voiding.
 func (a *multiAcq) undo() *nodecall.ScriptCall {
-	return nodecall.NewScriptCallBoxed(multiReleaseScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), a.call.BoxedArg(0), "0")
+	return nodecall.NewScriptCallBoxed(multiReleaseScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), a.call.BoxedArg(0), "undo")
 }
 
 // cleanUp deletes the failed attempt's keys on every node that may hold

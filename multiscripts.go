@@ -82,7 +82,10 @@ end
 // 1 every key was ours and is deleted, 2 the same and a waiter was told
 // (codeHandedOff), -1 some key was not ours and another owner holds one,
 // 0 some key was not ours and none is held by another (the keys of ours
-// are deleted all the same). A failed attempt's clean-up uses it too.
+// are deleted all the same). A failed attempt's clean-up uses it too, with
+// ARGV[2] = "undo": it tells no waiter, since nobody held those keys (and
+// the longest waiter may be the attempt's own call, which a wake-up on a
+// majority would send straight into its next attempt, with no delay).
 const multiReleaseLua = luaWakeNext + `
 local k = #KEYS / 3
 local ours, other = {}, false
@@ -108,8 +111,10 @@ for _, i in ipairs(ours) do
   end
 end
 local woke = 1
-for _, i in ipairs(ours) do
-  if wakeNext(KEYS[3 * i - 2], ARGV[1], #ARGV + 1) == 2 then woke = 2 end
+if ARGV[2] ~= 'undo' then
+  for _, i in ipairs(ours) do
+    if wakeNext(KEYS[3 * i - 2], ARGV[1], #ARGV + 1) == 2 then woke = 2 end
+  end
 end
 if #ours == k then return woke end
 if other then return -1 end
