@@ -202,6 +202,11 @@ func runMultiSchedule(rt *rapid.T) {
 				continue
 			}
 			<-c.done
+			// Read again: an acquisition still running when the step
+			// began has ended now, and its lock must be released.
+			m.mu.Lock()
+			held = c.held
+			m.mu.Unlock()
 			if held != nil {
 				_ = held.release(ctx)
 			}
