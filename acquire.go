@@ -575,30 +575,46 @@ func (a *acquisition) acquireCall() *nodecall.ScriptCall {
 // of the Acquire's previous attempt still waits for its reply is not asked
 // (it stays pending), nor is any node once ctx has ended.
 func (a *acquisition) vote(calls *voteCalls) *tally {
-	c := a.c
-	prev := calls.last
-	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
-		r := reply{Err: errShed, Shed: true}
-		if err := a.ctx.Err(); err != nil {
-			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
-		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
-			r = a.grant(ctx, n)
-			n.Exit()
-		}
-		// Not sent (shed, or the node's queue dropped it): no clean-up.
-		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
-			n.AddLate(-1)
-		}
-		return r
-	}, a.late)
+	return a.c.acquireVote(a.voteCtx, a.ctx, a.timeout, a.start.Add(a.ttl), a.shared, calls, a.grant, a.late)
+}
+
+// acquireVote is the vote of an acquisition attempt (acquisition.vote,
+// multiAcq.vote): voteAcquire with grant as each node's call (acquireOp,
+// after the previous attempt's calls.last), lingering until linger; the
+// calls still running once it is decided are counted as stragglers. The
+// vote is added to calls, and shared becomes calls.last.
+func (c *Client) acquireVote(voteCtx, ctx context.Context, timeout time.Duration, linger time.Time, shared *lockState, calls *voteCalls, grant nodeOp, late func(reply)) *tally {
+	acq, over := c.voteAcquire(voteCtx, timeout, linger, c.acquireOp(ctx, shared, calls.last, grant), late)
 	calls.add(over)
-	calls.last = a.shared
+	calls.last = shared
 	for i, n := range c.nodes {
-		if a.shared.calls.markLate(i) { // a straggler
+		if shared.calls.markLate(i) { // a straggler
 			n.AddLate(1)
 		}
 	}
 	return acq
+}
+
+// acquireOp is an acquisition's call to one node: grant, unless the
+// caller's ctx has ended, prev's call there (the previous attempt's; nil:
+// none) still waits for its reply, or the node is backed up
+// (nodecall.Engine.EnterAcquire). It records in shared that the call
+// returned, and whether it was sent, before the vote counts its reply.
+func (c *Client) acquireOp(ctx context.Context, shared, prev *lockState, grant nodeOp) nodeOp {
+	return func(vctx context.Context, n *node) reply {
+		r := reply{Err: errShed, Shed: true}
+		if err := ctx.Err(); err != nil {
+			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
+		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
+			r = grant(vctx, n)
+			n.Exit()
+		}
+		// Not sent (shed, or the node's queue dropped it): no clean-up.
+		if shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
+			n.AddLate(-1)
+		}
+		return r
+	}
 }
 
 // reaskRounds is how many times one attempt asks again the nodes that said
@@ -651,21 +667,12 @@ func (a *acquisition) revote(prev *tally, calls *voteCalls) *tally {
 			a.shared.calls.rearm(i)
 		}
 	}
+	ask := c.acquireOp(a.ctx, a.shared, nil, a.grant)
 	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
 		if !again[n.Idx] {
 			return prev.replay(n.Idx)
 		}
-		r := reply{Err: errShed, Shed: true}
-		if err := a.ctx.Err(); err != nil {
-			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
-		} else if c.eng.EnterAcquire(n) {
-			r = a.grant(ctx, n)
-			n.Exit()
-		}
-		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
-			n.AddLate(-1)
-		}
-		return r
+		return ask(ctx, n)
 	}, a.late)
 	calls.add(over)
 	for i, n := range c.nodes {

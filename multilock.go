@@ -115,6 +115,52 @@ func (m *MultiLock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, 
 	return m.lock.KeepAlive(ctx, opts...)
 }
 
+// MultiLock returns the latest handle of the multi-key lock the Lease keeps
+// (DoMulti, MultiLock.KeepAlive), whose Token gives each key's fencing
+// token; nil when the Lease keeps a lock of one key.
+func (s *Lease) MultiLock() *MultiLock {
+	l := s.Lock()
+	if l.multi == nil {
+		return nil
+	}
+	return &MultiLock{lock: l}
+}
+
+// DoMulti is Do for a multi-key lock: it acquires every one of keys for ttl
+// (as AcquireMulti, with the same options, plus WithExtendInterval and
+// WithMaxHold), runs fn with the Lease that keeps all of them (as
+// MultiLock.KeepAlive), and releases them when fn returns or panics, or
+// when the hold limit passes, whichever is first. The Lease's Token is the
+// first key's: take each key's from lease.MultiLock().Token.
+//
+// It returns AcquireMulti's error, without running fn, when the keys were
+// not acquired; ErrInvalidArgument for a nil fn or an extension interval
+// not below the validity, before contacting any node; otherwise Do's
+// errors: one wrapping the Lease's cause (ErrLockLost, ErrHoldLimit) and
+// fn's error when the lock ended before fn returned, else fn's error.
+func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	cfg := c.cfg
+	if err := cfg.apply(opts); err != nil {
+		return err
+	}
+	ctx, end := cfg.startCall(ctx, OpDo, strings.Join(keys, ","))
+	defer func() { end(nil, err) }()
+	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
+		return err
+	}
+	if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+		return err
+	}
+	m, err := c.AcquireMulti(ctx, keys, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	return c.runLeased(ctx, m.lock, fn, opts)
+}
+
 // KeysTakenError is the cause, in a *QuorumError of a failed AcquireMulti or
 // TryAcquireMulti, that says which keys were held elsewhere in the last
 // attempt, on which nodes, and by whom. Get it with errors.As.
@@ -445,31 +491,9 @@ func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, 
 	}, -1, nil
 }
 
-// vote asks every node to set every key (as acquisition.vote).
+// vote asks every node to set every key (acquireVote, as acquisition.vote).
 func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
-	c := a.c
-	prev := calls.last
-	acq, over := c.voteAcquire(voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
-		r := reply{Err: errShed, Shed: true}
-		if err := a.ctx.Err(); err != nil {
-			r = reply{Err: fmt.Errorf("%w: %w", nodecall.ErrNotSent, err)}
-		} else if (prev == nil || prev.calls.ended(n.Idx)) && c.eng.EnterAcquire(n) {
-			r = a.grant(ctx, n)
-			n.Exit()
-		}
-		if a.shared.calls.markReturned(n.Idx, !errors.Is(r.Err, nodecall.ErrNotSent)) {
-			n.AddLate(-1)
-		}
-		return r
-	}, a.late)
-	calls.add(over)
-	calls.last = a.shared
-	for i, n := range c.nodes {
-		if a.shared.calls.markLate(i) {
-			n.AddLate(1)
-		}
-	}
-	return acq
+	return a.c.acquireVote(voteCtx, a.ctx, a.timeout, a.start.Add(a.ttl), a.shared, calls, a.grant, a.late)
 }
 
 // grant runs the script on node n and reads its answer into a.per[n.Idx].
@@ -745,10 +769,11 @@ func (a *multiAcq) late(r reply) {
 	a.undo().Run(ctx, a.c.nodes[r.Idx])
 }
 
-// undo is the owner-checked delete of every key of the attempt. Grants
-// create epochs void, so no epoch needs voiding.
+// undo is the owner-checked delete of every key of the attempt, telling
+// no waiter (multiReleaseLua). Grants create epochs void, so no epoch
+// needs voiding.
 func (a *multiAcq) undo() *nodecall.ScriptCall {
-	return nodecall.NewScriptCallBoxed(multiReleaseScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), a.call.BoxedArg(0), "0")
+	return nodecall.NewScriptCallBoxed(multiReleaseScript, a.call.Keys(), a.call.BoxedKeys(len(a.call.Keys())), a.call.BoxedArg(0), "undo")
 }
 
 // cleanUp deletes the failed attempt's keys on every node that may hold

@@ -67,3 +67,39 @@ func ExampleClient_AcquireMulti() {
 	// holding [{accounts}:alice {accounts}:bob] with a token each: true
 	// held elsewhere: {accounts}:bob by the transfer: true
 }
+
+// DoMulti holds several keys while a function runs, as Do holds one: it
+// takes them all or none, extends them all in the background, and releases
+// them when the function returns. The Lease's context ends the moment the
+// keys can no longer be trusted; lease.MultiLock gives each key's fencing
+// token for that key's store.
+func ExampleClient_DoMulti() {
+	client, stop := dialNodes(3)
+	defer stop()
+	ctx := context.Background()
+
+	from, to := "{accounts}:alice", "{accounts}:bob"
+	err := client.DoMulti(ctx, []string{from, to}, 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+		transfer := lease.MultiLock()
+		fromToken, _ := transfer.Token(from)
+		toToken, _ := transfer.Token(to)
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx) // the keys were lost: stop
+		}
+		fmt.Println("debit and credit, each with its key's token:", fromToken > 0 && toToken > 0)
+		return nil // ... debit alice with fromToken, credit bob with toToken ...
+	})
+	fmt.Println("done:", err)
+
+	// Released: the next transfer takes both keys at once.
+	next, err := client.TryAcquireMulti(ctx, []string{to, from}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = next.Release(ctx)
+	fmt.Println("released")
+	// Output:
+	// debit and credit, each with its key's token: true
+	// done: <nil>
+	// released
+}

@@ -148,6 +148,65 @@ func TestAcquireMulti_WaitsForTheHolder(t *testing.T) {
 	})
 }
 
+// The schedule TestMultiLockInvariants shrank to: a multi-key lock {b,c}
+// is released while another Client's AcquireMulti {a,b} waits for b. The
+// release tells b's waiter and must still delete c: no key is left after
+// every lock was released.
+func TestAcquireMulti_ReleaseWithAWaiterDeletesEveryKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, noGuard)
+		other := c.secondClient(t, noGuard)
+		ctx := context.Background()
+		m, err := c.rl.TryAcquireMulti(ctx, []string{"b", "c"}, 3*time.Second)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			m, err := other.AcquireMulti(ctx, []string{"a", "b"}, 3*time.Second)
+			if err == nil {
+				err = m.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the waiter subscribes to b's releases
+		synctest.Wait()
+		require.NoError(t, m.Release(ctx))
+		require.NoError(t, <-got)
+		for _, k := range []string{"a", "b", "c"} {
+			c.requireGone(t, k)
+		}
+	})
+}
+
+// A failed attempt's clean-up tells no waiter: it deletes keys nobody
+// held. Here every attempt fails the same way (two nodes lost the keys'
+// history, so the amnesia guard counts one grant of three) after every node
+// set the keys; a clean-up that told the longest waiter would wake this
+// very call on a majority, and it would retry at once, forever, with no
+// retry delay. The schedule TestMultiLockInvariants found.
+func TestAcquireMulti_CleanUpWakesNoWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		ctx := context.Background()
+		m, err := c.rl.AcquireMulti(ctx, []string{"a", "b"}, time.Second)
+		require.NoError(t, err)
+		require.NoError(t, m.Release(ctx))
+		synctest.Wait()
+		c.nodes[0].m.FlushAll()
+		c.nodes[1].m.FlushAll()
+
+		every100ms := redlock.RetryFunc(func(attempt int) (time.Duration, bool) { return 100 * time.Millisecond, attempt < 1000 })
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err = c.rl.AcquireMulti(actx, []string{"a", "b"}, time.Second, redlock.WithRetry(every100ms))
+		qe := quorumError(t, err)
+		assert.LessOrEqual(t, qe.Attempts, 11, "one attempt per retry delay in the second")
+		assert.Contains(t, outcomes(qe.Nodes), redlock.OutcomeQuarantined)
+		synctest.Wait()
+		c.requireNoKey(t, "a")
+		c.requireNoKey(t, "b")
+	})
+}
+
 // A cancelled wait leaves no key behind and reports the context's error.
 func TestAcquireMulti_CancelLeavesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -17,7 +17,7 @@ package redlock
 // age in ms, with the rules of acquireScript applied to each key. The SET
 // keeps NX, a no-op after the check: a mutant that skips the check then
 // sets only the free keys.
-const multiAcquireLua = luaHelpers + `
+const multiAcquireLua = luaGrantRules + `
 local k = #KEYS / 3
 local held = {}
 for i = 1, k do
@@ -34,50 +34,17 @@ if #held > 0 then
 end
 local r = tonumber(ARGV[4])
 local q = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {1}
 for i = 1, k do
   local lk, fk, ek = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   redis.call('SET', lk, ARGV[1], 'NX', 'PX', ARGV[2])
   local c = 0
   if ARGV[5] == '1' then
-    c = redis.call('INCR', fk)
-    if c ~= 1 then
-      redis.call('PEXPIRE', fk, r)
-    else
-      local d = us - tonumber(ARGV[6])
-      if d >= -25000 and d <= 25000 then -- as acquireScript: the proposal within 25 ms either way
-        redis.call('SET', fk, ARGV[7], 'PX', r)
-        c = tonumber(ARGV[7])
-      else
-        c = redis.call('INCRBY', fk, micros(t))
-        redis.call('PEXPIRE', fk, r)
-      end
-    end
+    c = seeded(fk, redis.call('INCR', fk), r)
   end
   local st, age = 0, 0
   if q >= 0 then
-    local e = redis.call('HMGET', ek, 'born', 'trusted', 'void')
-    if e[2] == '1' then
-      redis.call('PEXPIRE', ek, r)
-    elseif not e[1] then
-      redis.call('HSET', ek, 'born', now, 'by', ARGV[1], 'void', '1')
-      redis.call('PEXPIRE', ek, r)
-      st = 2
-    else
-      redis.call('PEXPIRE', ek, r)
-      age = now - tonumber(e[1])
-      if age >= q then
-        st = 3
-      elseif e[3] then
-        redis.call('HSET', ek, 'by', ARGV[1])
-        st = 2
-      else
-        st = 1
-      end
-    end
+    st, age = epoch(ek, ARGV[1], q, r)
   end
   out[#out + 1] = c
   out[#out + 1] = st
@@ -105,7 +72,9 @@ end
 `
 
 // multiReleaseLua deletes every lock key that holds the owner value
-// ARGV[1], telling each deleted key's longest waiter (luaWakeNext). With
+// ARGV[1], then tells each deleted key's longest waiter (luaWakeNext, no
+// channel passed over): the deletes come first, so that nothing the
+// wake-up does can end the script with a key of ours left. With
 // ARGV[2] = "1" it also does, where it deletes key i, what the
 // acquisition's follow-up writes do (releaseVouchScript): counter :=
 // max(counter, ARGV[2 + i]) and the epoch trusted, only where they exist;
@@ -113,7 +82,10 @@ end
 // 1 every key was ours and is deleted, 2 the same and a waiter was told
 // (codeHandedOff), -1 some key was not ours and another owner holds one,
 // 0 some key was not ours and none is held by another (the keys of ours
-// are deleted all the same). A failed attempt's clean-up uses it too.
+// are deleted all the same). A failed attempt's clean-up uses it too, with
+// ARGV[2] = "undo": it tells no waiter, since nobody held those keys (and
+// the longest waiter may be the attempt's own call, which a wake-up on a
+// majority would send straight into its next attempt, with no delay).
 const multiReleaseLua = luaWakeNext + `
 local k = #KEYS / 3
 local ours, other = {}, false
@@ -125,10 +97,8 @@ for i = 1, k do
     other = true
   end
 end
-local woke = 1
 for _, i in ipairs(ours) do
-  local lk = KEYS[3 * i - 2]
-  redis.call('DEL', lk)
+  redis.call('DEL', KEYS[3 * i - 2])
   if ARGV[2] == '1' then
     local tok = ARGV[2 + i]
     local c = redis.call('GET', KEYS[3 * i - 1])
@@ -139,7 +109,12 @@ for _, i in ipairs(ours) do
       redis.call('HSET', KEYS[3 * i], 'trusted', '1')
     end
   end
-  if wakeNext(lk, ARGV[1]) == 2 then woke = 2 end
+end
+local woke = 1
+if ARGV[2] ~= 'undo' then
+  for _, i in ipairs(ours) do
+    if wakeNext(KEYS[3 * i - 2], ARGV[1], #ARGV + 1) == 2 then woke = 2 end
+  end
 end
 if #ours == k then return woke end
 if other then return -1 end

@@ -28,10 +28,11 @@ func withHeld(ctx context.Context, s *Lease) context.Context {
 }
 
 // heldLease returns the Lease through which ctx holds the key name (prefix
-// included) on c, or nil.
+// included) on c, or nil. A multi-key lock's Lease holds none: it is not
+// reentrant (AcquireMulti).
 func heldLease(ctx context.Context, c *Client, name string) *Lease {
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
-		if h.lease.client == c && h.lease.name == name {
+		if h.lease.client == c && h.lease.name == name && h.lease.Lock().multi == nil {
 			return h.lease
 		}
 	}

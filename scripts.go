@@ -43,6 +43,65 @@ local function micros(t)
 end
 `
 
+// luaGrantRules is the part of a grant that acquireScript and
+// multiAcquireScript share, so that the two cannot drift apart; both take
+// acquireScript's ARGV. clock() is the node's TIME, read once per script.
+// seeded(fk, c, r) finishes a grant's counter fk, just incremented to c:
+// a counter that did not exist (c is 1) is seeded by the rules of
+// acquireScript, and the counter gets the retention r (ms); it returns the
+// counter. epoch(ek, owner, q, r) reads and updates the key's epoch ek for
+// a grant to owner with the quarantine q (ms) and returns its state
+// (epochTrusted...), its age in ms and whether it was created just now.
+const luaGrantRules = luaHelpers + `
+local clockT
+local function clock()
+  if not clockT then clockT = redis.call('TIME') end
+  return clockT
+end
+local function seeded(fk, c, r)
+  if c ~= 1 then
+    redis.call('PEXPIRE', fk, r)
+    return c
+  end
+  -- the counter did not exist: seed it
+  local t = clock()
+  -- the node's clock in microseconds minus the proposal: exact, since
+  -- both are below 2^53
+  local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
+  if d >= -25000 and d <= 25000 then
+    redis.call('SET', fk, ARGV[7], 'PX', r) -- the proposal + 1
+    return tonumber(ARGV[7])
+  end
+  c = redis.call('INCRBY', fk, micros(t)) -- 1 + now
+  redis.call('PEXPIRE', fk, r)
+  return c
+end
+local function epoch(ek, owner, q, r)
+  local e = redis.call('HMGET', ek, 'born', 'trusted', 'void')
+  if e[2] == '1' then
+    redis.call('PEXPIRE', ek, r)
+    return 0, 0, false -- trusted
+  end
+  local t = clock()
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not e[1] then -- void until a holder vouches for it
+    redis.call('HSET', ek, 'born', now, 'by', owner, 'void', '1')
+    redis.call('PEXPIRE', ek, r)
+    return 2, 0, true -- created now: new
+  end
+  redis.call('PEXPIRE', ek, r)
+  local age = now - tonumber(e[1])
+  if age >= q then
+    return 3, age, false
+  end
+  if e[3] then -- as if created now, but it keeps its age
+    redis.call('HSET', ek, 'by', owner)
+    return 2, age, false
+  end
+  return 1, age, false
+end
+`
+
 // acquireLua sets the lock key if it is free. ARGV[1] is the owner value,
 // ARGV[2] the TTL in milliseconds, ARGV[3] the amnesia guard's quarantine in
 // milliseconds, or -1 when the guard is off, ARGV[4] the retention of the
@@ -89,7 +148,7 @@ end
 //
 // Each attempt uses a fresh owner value, so a key that already holds a value
 // is always someone else's: taken.
-const acquireLua = luaHelpers + `
+const acquireLua = luaGrantRules + `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -1
 end
@@ -97,48 +156,20 @@ local r = tonumber(ARGV[4])
 local c = 0
 if ARGV[5] == '1' then
   c = redis.call('INCR', KEYS[2])
-  if c ~= 1 then
-    redis.call('PEXPIRE', KEYS[2], r)
-  else -- the counter did not exist: seed it
-    local t = redis.call('TIME')
-    -- the node's clock in microseconds minus the proposal: exact, since
-    -- both are below 2^53
-    local d = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[6])
-    if d >= -25000 and d <= 25000 then
-      redis.call('SET', KEYS[2], ARGV[7], 'PX', r) -- the proposal + 1
-      c = tonumber(ARGV[7])
-    else
-      c = redis.call('INCRBY', KEYS[2], micros(t)) -- 1 + now
-      redis.call('PEXPIRE', KEYS[2], r)
-    end
-  end
+  c = seeded(KEYS[2], c, r)
 end
 local q = tonumber(ARGV[3])
 if q < 0 then
   return c -- guard off
 end
-local e = redis.call('HMGET', KEYS[3], 'born', 'trusted', 'void')
-if e[2] == '1' then
-  redis.call('PEXPIRE', KEYS[3], r)
+local st, age, created = epoch(KEYS[3], ARGV[1], q, r)
+if st == 0 then
   return c -- trusted
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not e[1] then -- void until a holder vouches for it
-  redis.call('HSET', KEYS[3], 'born', now, 'by', ARGV[1], 'void', '1')
-  redis.call('PEXPIRE', KEYS[3], r)
+if created then
   return -2 - c -- created now: new
 end
-redis.call('PEXPIRE', KEYS[3], r)
-local age = now - tonumber(e[1])
-if age >= q then
-  return {1, c, 3, age}
-end
-if e[3] then -- as if created now, but it keeps its age
-  redis.call('HSET', KEYS[3], 'by', ARGV[1])
-  return {1, c, 2, age}
-end
-return {1, c, 1, age}
+return {1, c, st, age}
 `
 
 // Epoch states returned by acquireScript.

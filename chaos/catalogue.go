@@ -281,15 +281,21 @@ func Catalogue() []Scenario {
 	}
 }
 
-// Find returns the built-in scenario with the given name: one of the
-// catalogue, SemaphoreScenarios, or the multi-key lock's (multilock.go).
+// Find returns the built-in scenario with the given name (Builtin).
 func Find(name string) (Scenario, bool) {
-	for _, s := range append(append(Catalogue(), SemaphoreScenarios()...), multiScenarios()...) {
+	for _, s := range Builtin() {
 		if s.Name == name {
 			return s, true
 		}
 	}
 	return Scenario{}, false
+}
+
+// Builtin returns every built-in scenario, the ones Find knows: the
+// catalogue, then SemaphoreScenarios, then the multi-key lock's
+// (multilock.go).
+func Builtin() []Scenario {
+	return append(append(Catalogue(), SemaphoreScenarios()...), multiScenarios()...)
 }
 
 // Scaled returns a copy of s with every duration multiplied by k (k ≥ 1):

@@ -60,7 +60,9 @@ With --mutants (in a redlock built with -tags redlock_mutants) it runs the
 harness against deliberately broken builds of the lock instead (a quorum of one, no owner check on release, ...) and prints
 which scenarios caught each one; it exits 1 if a mutant was not caught.
 
-By default it runs every scenario on 5 in-process nodes (no set-up).
+By default it runs every scenario of the catalogue on 5 in-process nodes (no
+set-up); the semaphore and multi-key scenarios run when --scenario names
+them. --list lists them all.
 
 Examples:
   redlock chaos
@@ -125,7 +127,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	}
 	fs.StringVar(&f.backend, "backend", string(chaos.InProcess), "node backend: inprocess (miniredis, no set-up) or redis-server (real processes; needs redis-server on PATH)")
 	fs.IntVar(&f.nodes, "nodes", chaos.DefaultNodes, "number of nodes N (at least 3 for most scenarios)")
-	fs.Func("scenario", "run only this scenario (repeatable; default all; see --list)", func(s string) error {
+	fs.Func("scenario", "run only this scenario (repeatable; default: the catalogue's; see --list)", func(s string) error {
 		if _, ok := chaos.Find(s); !ok {
 			return fmt.Errorf("unknown scenario %q (see --list)", s)
 		}
@@ -136,7 +138,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.Uint64Var(&f.seed, "seed", 0, "seed for fault schedules (default: from the clock; printed)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print machine-readable results as JSON instead of the table")
 	fs.StringVar(&f.svgDir, "svg", "", "write one timeline picture per scenario into this directory")
-	fs.BoolVar(&f.list, "list", false, "list the scenarios and exit")
+	fs.BoolVar(&f.list, "list", false, "list every scenario --scenario accepts and exit; those a run without --scenario leaves out say so")
 	fs.StringVar(&f.redisBinary, "redis-server", "", "path to redis-server for --backend redis-server (default: PATH)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: each trial's progress, and a wide table with trials, backend, latency and each scenario's reason")
@@ -202,9 +204,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	scenarios := chaos.Catalogue()
 	if f.list {
-		for _, s := range scenarios {
-			fmt.Fprintf(stdout, "%-22s expect %-6s  %s\n", s.Name, s.Expect, s.Summary)
-		}
+		listScenarios(stdout, scenarios)
 		return 0
 	}
 	if f.mutants && len(f.scenarios) > 0 {
@@ -315,6 +315,24 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		progress("redlock chaos: rewrote the " + string(backend) + " verdict table in " + f.doc)
 	}
 	return code
+}
+
+// listScenarios prints every built-in scenario (chaos.Builtin), one a
+// line: its name, expected verdict and summary; those not in catalogue,
+// which a run without --scenario runs, say so.
+func listScenarios(w io.Writer, catalogue []chaos.Scenario) {
+	all := chaos.Builtin()
+	width := 0
+	for _, s := range all {
+		width = max(width, len(s.Name))
+	}
+	for _, s := range all {
+		note := ""
+		if !slices.ContainsFunc(catalogue, func(c chaos.Scenario) bool { return c.Name == s.Name }) {
+			note = " (only with --scenario)"
+		}
+		fmt.Fprintf(w, "%-*s  expect %-6s  %s%s\n", width, s.Name, s.Expect, s.Summary, note)
+	}
 }
 
 // pickScenarios returns the catalogue's scenarios of these names (checked

@@ -257,3 +257,33 @@ func TestChaos_TimeScale(t *testing.T) {
 		assert.Contains(t, errOut, "time-scale", bad)
 	}
 }
+
+// --list lists every scenario the harness has (the catalogue, the semaphore
+// and the multi-key ones), once each, and --scenario accepts each name it
+// lists; those a run without --scenario leaves out say so.
+func TestChaos_ListsEveryScenario(t *testing.T) {
+	code, out, errOut := runCLI(t, "chaos", "--list")
+	require.Equal(t, 0, code, errOut)
+	listed := map[string]string{}
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		name := strings.Fields(l)[0]
+		require.NotContains(t, listed, name, "listed twice")
+		listed[name] = l
+		_, err := parseChaosFlags([]string{"--scenario", name}, new(bytes.Buffer), new(bytes.Buffer))
+		require.NoError(t, err, "--scenario %s", name)
+	}
+	require.Equal(t, len(chaos.Builtin()), len(listed), "scenarios listed")
+	for _, name := range []string{"no-faults", "semaphore-contention", "multi-key"} {
+		require.Contains(t, listed, name)
+	}
+	for _, s := range chaos.Builtin() {
+		require.Contains(t, listed, s.Name)
+	}
+	inCatalogue := map[string]bool{}
+	for _, s := range chaos.Catalogue() {
+		inCatalogue[s.Name] = true
+	}
+	for name, l := range listed {
+		assert.Equal(t, !inCatalogue[name], strings.HasSuffix(l, "(only with --scenario)"), l)
+	}
+}
