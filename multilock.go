@@ -138,12 +138,12 @@ func (s *Lease) MultiLock() *MultiLock {
 // not below the validity, before contacting any node; otherwise Do's
 // errors: one wrapping the Lease's cause (ErrLockLost, ErrHoldLimit) and
 // fn's error when the lock ended before fn returned, else fn's error.
-func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...Option) (err error) {
+func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	cfg := c.cfg
-	if err := cfg.apply(opts); err != nil {
+	cfg, hold := c.cfg, holdConfig{}
+	if err := applyOptions(opts, &cfg, &hold); err != nil {
 		return err
 	}
 	ctx, end := cfg.startCall(ctx, OpDo, strings.Join(keys, ","))
@@ -151,14 +151,14 @@ func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, 
 	if err := checkTTL(ttl, cfg.driftFactor, cfg.timeoutFor(ttl)); err != nil {
 		return err
 	}
-	if _, err := cfg.hold.intervalFor(ttl, cfg.driftFactor); err != nil {
+	if _, err := hold.intervalFor(ttl, cfg.driftFactor); err != nil {
 		return err
 	}
-	m, err := c.AcquireMulti(ctx, keys, ttl, opts...)
+	m, err := c.acquireMultiWith(ctx, keys, ttl, cfg)
 	if err != nil {
 		return err
 	}
-	return c.runLeased(ctx, m.lock, fn, opts)
+	return c.runLeased(ctx, m.lock, fn, hold)
 }
 
 // KeysTakenError is the cause, in a *QuorumError of a failed AcquireMulti or
@@ -232,6 +232,11 @@ func (c *Client) AcquireMulti(ctx context.Context, keys []string, ttl time.Durat
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	return c.acquireMultiWith(ctx, keys, ttl, cfg)
+}
+
+// acquireMultiWith is AcquireMulti once its options are applied.
+func (c *Client) acquireMultiWith(ctx context.Context, keys []string, ttl time.Duration, cfg config) (*MultiLock, error) {
 	mk, all, err := c.checkMulti(keys, ttl, cfg)
 	if err != nil {
 		return nil, err
@@ -503,7 +508,9 @@ func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
 func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
-		return reply{Err: err}
+		// Not sent when it gave up its wait for a connection (as
+		// acquisition.grant): the node is left pending.
+		return reply{Err: err, Shed: errors.Is(err, nodecall.ErrOverdue)}
 	}
 	vs, _ := v.([]any)
 	k := len(a.mk.names)
