@@ -259,7 +259,10 @@ func ExampleClient_Do() {
 	var token uint64
 	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
 		first := lease.ValidUntil()
-		for range 3 { // three steps of work, each stopping if the lock is lost
+		// Steps of work, each stopping if the lock is lost: three, or more
+		// until the lease has extended the lock once (on a busy machine an
+		// extension may take longer than three steps).
+		for step := 0; step < 3 || !lease.ValidUntil().After(first); step++ {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -317,7 +320,9 @@ func ExampleLock_KeepAlive() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for range 3 { // three steps of work
+	// Steps of work: three, or more until the lease has extended the lock
+	// once (on a busy machine an extension may take longer than three steps).
+	for step := 0; step < 3 || lease.Lock() == lock; step++ {
 		select {
 		case <-lease.Done():
 			fmt.Println("lock lost, stopping:", lease.Err())
