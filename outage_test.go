@@ -246,7 +246,10 @@ func TestTryAcquire_NoQuorumAtOnce(t *testing.T) {
 // each node's "connection refused".
 func TestAcquire_RefusedAddressesEndAtTheLimit(t *testing.T) {
 	urls := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
-	rl, err := redlock.Dial(urls, redlock.WithOutageLimit(300*time.Millisecond))
+	// A refused dial fails at once, but on a loaded machine its goroutine
+	// may not run within the default 100 ms per-node timeout, and the node
+	// would show timed out.
+	rl, err := redlock.Dial(urls, redlock.WithOutageLimit(300*time.Millisecond), redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	defer func() {
 		require.NoError(t, rl.Close())
