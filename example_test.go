@@ -322,7 +322,7 @@ func ExampleLock_KeepAlive() {
 	}
 	// Steps of work: three, or more until the lease has extended the lock
 	// once (on a busy machine an extension may take longer than three steps).
-	for step := 0; step < 3 || lease.Lock() == lock; step++ {
+	for step := 0; step < 3 || !lease.Lock().ValidUntil().After(lock.ValidUntil()); step++ {
 		select {
 		case <-lease.Done():
 			fmt.Println("lock lost, stopping:", lease.Err())
