@@ -186,6 +186,7 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 // the nodes answering (QuorumError.noQuorum): Acquire gives up once it has
 // lasted the outage limit (WithOutageLimit), and tells the Observer and the
 // logger when it starts waiting one out and when a majority answers again.
+// AcquireMulti and Semaphore.Acquire (over its rounds) use it the same way.
 type outage struct {
 	c         *Client
 	cfg       config
@@ -201,18 +202,11 @@ type outage struct {
 // it may go on.
 func (o *outage) record(started time.Time, qe *QuorumError) error {
 	if !qe.noQuorum() {
-		answers := 0
-		for _, n := range qe.Nodes {
-			switch n.Outcome {
-			case OutcomeGranted, OutcomeTaken, OutcomeNotHeld, OutcomeQuarantined:
-				answers++
-			}
-		}
 		// Nodes left pending (not asked while this Acquire's previous
 		// call there still waits for its reply, or cut short) say
 		// nothing of an outage: only an attempt that a majority answered
 		// ends one.
-		if answers >= qe.Quorum {
+		if qe.majorityAnswered() {
 			o.answered(started, qe.Nodes)
 		}
 		return nil

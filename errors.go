@@ -135,14 +135,31 @@ func (e *QuorumError) Is(target error) bool {
 // fewer than a quorum. Nodes the caller's context cut short, or that were
 // never asked (pending), do not count as failed.
 func (e *QuorumError) noQuorum() bool {
-	failed := 0
+	_, failed := e.answers()
+	return len(e.Nodes) > 0 && len(e.Nodes)-failed < e.Quorum
+}
+
+// majorityAnswered reports whether a quorum of nodes answered in e's last
+// attempt (granted, taken, not held or quarantined): the nodes decided it.
+// Neither this nor noQuorum holds when nodes the caller's context cut
+// short, or that were never asked (pending), made the difference.
+func (e *QuorumError) majorityAnswered() bool {
+	answered, _ := e.answers()
+	return answered >= e.Quorum
+}
+
+// answers counts the nodes of e's last attempt that answered, and those
+// that failed to (unreachable, timed out, or an error reply).
+func (e *QuorumError) answers() (answered, failed int) {
 	for _, n := range e.Nodes {
 		switch n.Outcome {
+		case OutcomeGranted, OutcomeTaken, OutcomeNotHeld, OutcomeQuarantined:
+			answered++
 		case OutcomeUnreachable, OutcomeTimedOut, OutcomeError:
 			failed++
 		}
 	}
-	return len(e.Nodes) > 0 && len(e.Nodes)-failed < e.Quorum
+	return answered, failed
 }
 
 // Unwrap returns the sentinel and, if set, the cause.

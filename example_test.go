@@ -227,7 +227,10 @@ func dialNodes(n int) (client *redlock.Client, stop func()) {
 		nodes = append(nodes, m)
 		urls = append(urls, "redis://"+m.Addr())
 	}
-	client, err := redlock.Dial(urls)
+	// The per-node timeout (default: 1% of the TTL, 100 ms for the 10 s
+	// locks here) leaves room for a busy test machine, where a node that
+	// times out would fail an attempt or an extension and change the output.
+	client, err := redlock.Dial(urls, redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -256,7 +259,10 @@ func ExampleClient_Do() {
 	var token uint64
 	err := client.Do(ctx, "report:acme", 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
 		first := lease.ValidUntil()
-		for range 3 { // three steps of work, each stopping if the lock is lost
+		// Steps of work, each stopping if the lock is lost: three, or more
+		// until the lease has extended the lock once (on a busy machine an
+		// extension may take longer than three steps).
+		for step := 0; step < 3 || !lease.ValidUntil().After(first); step++ {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -314,7 +320,9 @@ func ExampleLock_KeepAlive() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for range 3 { // three steps of work
+	// Steps of work: three, or more until the lease has extended the lock
+	// once (on a busy machine an extension may take longer than three steps).
+	for step := 0; step < 3 || !lease.Lock().ValidUntil().After(lock.ValidUntil()); step++ {
 		select {
 		case <-lease.Done():
 			fmt.Println("lock lost, stopping:", lease.Err())

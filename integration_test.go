@@ -52,7 +52,11 @@ func startRealCluster(t *testing.T, opts ...redlock.Option) *realCluster {
 		t.Cleanup(func() { _ = p.Close() })
 		rc.plain = append(rc.plain, p)
 	}
-	rl, err := redlock.Dial(urls, opts...)
+	// The default per-node timeout, 1% of the TTL (100 ms for the 10 s
+	// locks here), is tight on a loaded machine running many redis-servers:
+	// a node that times out fails a single attempt, extension or release,
+	// which is not what these tests are about. opts may set another.
+	rl, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithNodeTimeout(500 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, rl.Close()) })
 	rc.rl = rl

@@ -218,3 +218,41 @@ func voteClient(names ...string) *Client {
 	c.eng.Init()
 	return c
 }
+
+// An outage (a run of attempts that no majority answered) starts at an
+// attempt in which so many nodes failed that the rest are fewer than a
+// quorum, and ends only at one that a majority answered: an attempt whose
+// other nodes were left pending or cut short by the caller does neither.
+func TestOutage_StartsWithoutAQuorumAndEndsWhenAMajorityAnswers(t *testing.T) {
+	attempt := func(outcomes ...Outcome) *QuorumError {
+		qe := &QuorumError{Err: ErrNotAcquired, Quorum: len(outcomes)/2 + 1}
+		for _, o := range outcomes {
+			qe.Nodes = append(qe.Nodes, NodeResult{Outcome: o})
+		}
+		return qe
+	}
+	o := &outage{cfg: config{outageLimit: time.Hour}}
+	start := time.Now()
+	for i, step := range []struct {
+		qe    *QuorumError
+		since time.Time // zero: no outage
+	}{
+		{attempt(OutcomeGranted, OutcomePending, OutcomeCanceled), time.Time{}},
+		{attempt(OutcomeUnreachable, OutcomeTimedOut, OutcomeTaken), start.Add(1)},
+		{attempt(OutcomeError, OutcomeUnreachable, OutcomePending), start.Add(1)},
+		{attempt(OutcomeGranted, OutcomePending, OutcomePending), start.Add(1)},
+		{attempt(OutcomeTaken, OutcomeUnreachable, OutcomeCanceled), start.Add(1)},
+		{attempt(OutcomeQuarantined, OutcomeNotHeld, OutcomeTimedOut), time.Time{}},
+	} {
+		assert.NoError(t, o.record(start.Add(time.Duration(i)), step.qe), "attempt %d", i)
+		assert.Equal(t, step.since, o.since, "attempt %d: %v", i, outcomesOf(step.qe))
+	}
+}
+
+func outcomesOf(qe *QuorumError) []Outcome {
+	var out []Outcome
+	for _, n := range qe.Nodes {
+		out = append(out, n.Outcome)
+	}
+	return out
+}

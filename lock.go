@@ -435,6 +435,7 @@ func releaseCall(s *nodecall.Script, keys []string, keyArgs []any, skip []any, a
 // not wait that long.
 func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {
 	c := l.client
+	straggler := false
 	if st := l.state; st.calls.state != nil {
 		done, unsent := st.calls.returned(n.Idx)
 		if !done {
@@ -443,22 +444,8 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall,
 			// the background once the vote is decided, and then
 			// gets a per-node timeout of its own. This call stays part of
 			// the vote, so Close waits for it.
-			if st.calls.wait(n.Idx) {
-				return reply{Err: errShed} // nothing to delete
-			}
-			n.Enter()
-			defer n.Exit()
-			n.AddLate(1) // it follows a straggler
-			defer n.AddLate(-1)
-			// Like the acquire call it follows, it waits for its reply
-			// until the key would be gone anyway: on a node slower than
-			// the per-node timeout, a delete given up at the timeout (or
-			// its new connection's handshake) would leave the late grant.
-			dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, max(timeout, time.Until(keysEnd)))
-			defer cancel()
-			code, err := call.Run(dctx, n).Int64()
-			c.notify.released(l.keys[0], code, skip)
-			return reply{Code: code, Err: err}
+			straggler = true
+			unsent = st.calls.wait(n.Idx)
 		}
 		if unsent {
 			return reply{Err: errShed} // nothing to delete
@@ -466,7 +453,17 @@ func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall,
 	}
 	n.Enter()
 	defer n.Exit()
-	dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, timeout)
+	wait := timeout
+	if straggler {
+		n.AddLate(1) // it follows a straggler
+		defer n.AddLate(-1)
+		// Like the acquire call it follows, it waits for its reply
+		// until the key would be gone anyway: on a node slower than
+		// the per-node timeout, a delete given up at the timeout (or
+		// its new connection's handshake) would leave the late grant.
+		wait = max(timeout, time.Until(keysEnd))
+	}
+	dctx, cancel := c.eng.CleanupContext(ctx, keysEnd, wait)
 	defer cancel()
 	code, err := call.Run(dctx, n).Int64()
 	c.notify.released(l.keys[0], code, skip)

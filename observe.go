@@ -21,9 +21,11 @@ const (
 	OpRelease Op = "release" // one Release call that went to the nodes
 	OpLost    Op = "lost"    // a Lease stopped trusting its lock (ErrLockLost) or hit its hold limit (ErrHoldLimit)
 	OpDo      Op = "do"      // one Do call (Tracer.StartCall only)
-	// OpOutage: an Acquire call (or Do) found no majority of the nodes
-	// answering and waits it out (OK false), or found a majority answering
-	// again after that (OK true). See WithOutageLimit.
+	// OpOutage: an Acquire call (or Do, AcquireMulti, a Semaphore's
+	// Acquire: Key is then the keys joined by "," or the semaphore's name)
+	// found no majority of the nodes answering and waits it out (OK
+	// false), or found a majority answering again after that (OK true).
+	// See WithOutageLimit.
 	OpOutage Op = "outage"
 )
 

@@ -407,7 +407,9 @@ func TestGoRedisLogs_GoToSetLogger(t *testing.T) {
 	urls[2] = "redis://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // a dead node: connections are refused
 
-	rl, err := redlock.Dial(urls)
+	// Not the default 100 ms per-node timeout: on a loaded machine a live
+	// node timed out, failing the one attempt or the release.
+	rl, err := redlock.Dial(urls, redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	l, err := rl.TryAcquire(context.Background(), "job", ttl10s)
 	require.NoError(t, err)

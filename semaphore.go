@@ -123,8 +123,10 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) (*Permit, error)
 // returns the Permit, or the error of Client.Acquire, with the semaphore's
 // name as the *QuorumError's Key: errors.Is(err, ErrTaken) when every slot
 // was taken in the last round, ErrNoQuorum in an outage (after the outage
-// limit), the context's error when ctx ended; ErrInvalidArgument for a
-// bad ttl or option, ErrClosed when the Client is closed.
+// limit, counted over rounds as Acquire counts attempts, and reported to the
+// Observer and the logger as Acquire's), the context's error when ctx
+// ended; ErrInvalidArgument for a bad ttl or option, ErrClosed when the
+// Client is closed.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Option) (*Permit, error) {
 	cfg, _, err := semaphoreConfig(s, opts)
 	if err != nil {
@@ -158,13 +160,15 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, cfg config, 
 	if _, err := checkAcquire(PermitKey(s.name, 0), ttl, cfg); err != nil {
 		return nil, err
 	}
-	retry := cfg.retry
-	cfg.retry = NoRetry()                // one attempt per slot and round
+	// Each slot gets one attempt per round, and the outage is this call's
+	// (out), over its rounds, as Acquire's is over its attempts.
+	slotCfg := cfg
+	slotCfg.retry, slotCfg.outageLimit = NoRetry(), 0
 	slots := cfg.mutant.Slots(s.permits) // chaos mutant hook
 	var (
 		watch        []*lockWaiter
-		outageSince  time.Time
 		ctxEnd, done = cfg.startCall(ctx, OpAcquire, s.name)
+		out          = outage{c: s.c, cfg: cfg, ctx: ctxEnd, key: s.name}
 	)
 	ctx = ctxEnd
 	defer func() {
@@ -176,31 +180,23 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, cfg config, 
 		for _, w := range watch {
 			w.mark()
 		}
-		p, qe, err := s.round(ctx, ttl, cfg, slots)
+		started := time.Now()
+		p, qe, err := s.round(ctx, ttl, slotCfg, slots)
 		if p != nil {
 			p.attempts = round // Attempts: the rounds this call made
+			out.answered(started, p.nodes)
 		}
 		if p != nil || err != nil {
 			done(lockOf(p), err)
 			return p, err
 		}
 		qe.Key, qe.Attempts = s.name, round
-		switch {
-		case errors.Is(qe, ErrNoQuorum):
-			if outageSince.IsZero() {
-				outageSince = time.Now()
-			}
-			if cfg.outageLimit > 0 && time.Since(outageSince) >= cfg.outageLimit {
-				qe.Cause = joinCause(qe.Cause, fmt.Errorf("no majority of the nodes answered for %v (WithOutageLimit)", cfg.outageLimit))
-				wait = false
-			}
-		default:
-			outageSince = time.Time{}
-		}
 		if unfix := unfixable(qe); unfix != nil {
 			qe.Cause, wait = joinCause(qe.Cause, unfix), false
+		} else if over := out.record(started, qe); over != nil {
+			qe.Cause, wait = joinCause(qe.Cause, over), false
 		}
-		if !wait || !s.waitRound(ctx, retry, round, slots, cfg.prefix, &watch) {
+		if !wait || !s.waitRound(ctx, cfg.retry, round, slots, cfg.prefix, &watch, out.unannounced()) {
 			if err := callerEnded(ctx); err != nil && !errors.Is(qe.Cause, err) {
 				qe.Cause = joinCause(qe.Cause, err)
 			}
@@ -258,14 +254,18 @@ func (s *Semaphore) round(ctx context.Context, ttl time.Duration, cfg config, sl
 // waitRound waits the retry policy's delay after a failed round, and
 // reports whether to make another. A release of one of the first
 // maxWatchedSlots slots that a majority announces cuts the delay short;
-// the waiters take their tickets at the first delay (notify.go).
-func (s *Semaphore) waitRound(ctx context.Context, retry RetryPolicy, round, slots int, prefix string, watch *[]*lockWaiter) bool {
+// the waiters take their tickets at the first delay (notify.go). out, when
+// not nil, is an outage to announce once the policy agreed to wait.
+func (s *Semaphore) waitRound(ctx context.Context, retry RetryPolicy, round, slots int, prefix string, watch *[]*lockWaiter, out *outage) bool {
 	if ctx.Err() != nil {
 		return false
 	}
 	delay, ok := retry.NextRetry(round)
 	if !ok {
 		return false
+	}
+	if out != nil {
+		out.announce()
 	}
 	if *watch == nil && delay > 0 {
 		for i := range min(slots, maxWatchedSlots) {

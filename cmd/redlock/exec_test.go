@@ -319,6 +319,19 @@ func TestStatus(t *testing.T) {
 		code := runStatus(ctx, append([]string{"--nodes", nodes}, args...), &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
+	// statusUntil runs status until its output shows what the calls an
+	// acquisition did not wait for (a straggler's SET, the vouching) must
+	// lead to, for at most 10 s, and returns the last output.
+	statusUntil := func(settled func(out string) bool, args ...string) (int, string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, out, _ := status(args...)
+			if settled(out) || time.Now().After(deadline) {
+				return code, out
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 
 	code, out, _ := status("--key", "job")
 	assert.Equal(t, 0, code)
@@ -331,10 +344,11 @@ func TestStatus(t *testing.T) {
 	defer rl.Close()
 	l, err := rl.Acquire(ctx, "job", time.Minute)
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond) // the straggler's SET and the fencing write-back
-	code, out, _ = status("--key", "job")
+	heldBy := `held by ` + l.Owner()[:6] + `… on 3 of 3 nodes (quorum 2)`
+	// The straggler's SET and the fencing write-back land in the background.
+	code, out = statusUntil(func(out string) bool { return strings.Contains(out, heldBy) }, "--key", "job")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, `held by `+l.Owner()[:6]+`… on 3 of 3 nodes (quorum 2)`)
+	assert.Contains(t, out, heldBy)
 	assert.NotContains(t, out, l.Owner(), "only a prefix of the owner value")
 	assert.Contains(t, out, "no epoch", "acquired without the amnesia guard")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -347,8 +361,8 @@ func TestStatus(t *testing.T) {
 	defer guarded.Close()
 	g, err := guarded.Acquire(ctx, "guarded", time.Minute)
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond) // the vouching, 10 ms after the acquisition
-	_, gout, _ := status("--key", "guarded")
+	// The vouching comes 10 ms after the acquisition.
+	_, gout := statusUntil(func(out string) bool { return strings.Count(out, " trusted ") == 3 }, "--key", "guarded")
 	assert.Equal(t, 3, strings.Count(gout, " trusted "), gout)
 	require.NoError(t, g.Release(ctx))
 
@@ -357,15 +371,17 @@ func TestStatus(t *testing.T) {
 	assert.Contains(t, out, `"held": true`)
 	assert.Contains(t, out, `"ttl_ms": `)
 
+	// A killed node refuses at once: the timeout is for the live ones, and
+	// leaves room for a loaded machine.
 	require.NoError(t, servers[2].Kill())
-	code, out, _ = status("--key", "job", "--timeout", "200ms")
+	code, out, _ = status("--key", "job", "--timeout", "2s")
 	assert.Equal(t, 0, code, "a quorum answered")
 	assert.Contains(t, out, "1 of 3 nodes did not answer")
 	assert.Contains(t, out, "connection refused")
 
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, servers[1].Kill())
-	code, out, _ = status("--key", "job", "--timeout", "200ms")
+	code, out, _ = status("--key", "job", "--timeout", "2s")
 	assert.Equal(t, exitUnavailable, code, out)
 
 	code, _, errOut := status()

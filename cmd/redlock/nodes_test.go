@@ -155,7 +155,9 @@ func TestStatus_ShowsTheHolder(t *testing.T) {
 	dir := t.TempDir()
 	started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
 	before := time.Now().UTC().Truncate(time.Second)
-	r := startRedlock(t, bin, nodes, "exec", "--key", "report", "--ttl", "1500ms", "--node-timeout", "200ms", "--",
+	// The per-node timeout leaves room for a loaded machine: a release's
+	// delete that timed out would leave the keys until their TTL.
+	r := startRedlock(t, bin, nodes, "exec", "--key", "report", "--ttl", "1500ms", "--node-timeout", "500ms", "--",
 		"sh", "-c", `touch "$0"; while [ ! -e "$1" ]; do sleep 0.05; done`, started, stop)
 	r.waitFile(t, started)
 	// Past the first TTL: the record lives on with the lock's extensions.
