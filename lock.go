@@ -429,8 +429,7 @@ func releaseCall(s *nodecall.Script, keys []string, keyArgs []any, skip []any, a
 // deleteOn sends node n the release's delete, with skip the channels the
 // release passes over (releaseCall), once n's own acquire call
 // has returned: a delete never overtakes its SET, since go-redis's
-// connection pool does not keep the order of commands to one node
-// (docs/performance.md). The delete may wait for the node's turn until
+// connection pool does not keep the order of commands to one node. The delete may wait for the node's turn until
 // keysEnd, when the key would expire anyway (nodecall.Engine.CleanupContext); the vote does
 // not wait that long.
 func (l *Lock) deleteOn(ctx context.Context, n *node, call *nodecall.ScriptCall, skip []any, keysEnd time.Time, timeout time.Duration) reply {

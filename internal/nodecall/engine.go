@@ -74,7 +74,7 @@ func (n *Node) LimitBacklog(rc any) {
 // for, so nothing paces the calls sent to it, and go-redis queues those
 // that find every pooled connection busy. In that queue a release's delete
 // can run out of time before it is even written, leaving the key until its
-// TTL (docs/performance.md, "Release at the majority"). An acquisition not
+// TTL (seen in bench/'s slow-node case, C2). An acquisition not
 // sent to a node needs no delete there, and the node is not needed for the
 // majority; deletes are never shed (Enter). When every node is that busy (a
 // burst of acquisitions), nothing is shed: the client's own queue is the

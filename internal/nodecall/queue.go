@@ -441,7 +441,7 @@ var errUnwanted = fmt.Errorf("%w: the vote was decided while the call waited for
 // It is a context of its own rather than two nested context.WithDeadline:
 // those cost a dozen allocations per vote (two timers, a child registry,
 // two done channels), and the C1 benchmark's votes made a third of its
-// allocations (docs/performance.md, "Allocations of the per-node queue").
+// allocations (a memory profile of bench/'s case C1).
 type nodeCall struct {
 	parent     context.Context // values, and the end of the vote's calls
 	parentDone <-chan struct{} // parent.Done(); nil when the parent never ends

@@ -261,8 +261,7 @@ func TestNodeQueue_CleanupContext(t *testing.T) {
 // of a command that finds its node's slot free, with a release's clean-up
 // on top. With two nested context.WithDeadline per vote and a context
 // wrapper per command, the C1 profile counted about 13 per vote context, 2
-// per command, and a vote context more per clean-up (docs/performance.md,
-// "Allocations of the per-node queue").
+// per command, and a vote context more per clean-up.
 func TestNodeQueue_FreeSlotAllocations(t *testing.T) {
 	e := &Engine{Queued: true}
 	q := NewQueue(2, nil, errors.New("closed"))

@@ -234,8 +234,8 @@ const stackHint = 12 << 10
 // A new goroutine starts with a small stack, and a node call would
 // otherwise grow it by doubling in the middle of go-redis's deep call path,
 // copying every frame each time: runtime.newstack took 16.8 % of the C1
-// benchmark's CPU samples, 3.4 % with this (docs/performance.md, "CPU
-// profile of C1"). A goroutine whose stack is already large enough only
+// benchmark's CPU samples, 3.4 % with this (a CPU profile of bench/'s
+// case C1). A goroutine whose stack is already large enough only
 // zeroes the frame.
 //
 //go:noinline
