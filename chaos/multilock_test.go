@@ -3,12 +3,15 @@ package chaos
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
 // Every client of a multi-key workload locks a set that contains the
@@ -55,6 +58,27 @@ func TestMultiCatalogue_InProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole catalogue with multi-key locks")
 	}
+	runMultiCatalogue(t, InProcess, nil)
+}
+
+// A few scenarios of the catalogue with multi-key locks on real
+// redis-servers, every time: contention, a lost minority, lost replies,
+// and two beyond the lock's limits (a paused holder, amnesia) where each
+// key's fencing must hold. REDLOCK_MULTI_CATALOGUE=1 runs the whole
+// catalogue (and makes a liveness miss a failure).
+func TestMultiCatalogue_RedisServer(t *testing.T) {
+	redisserver.Require(t)
+	only := []string{"no-faults", "minority-killed", "lost-replies", "client-pause", "amnesia-unguarded", "multi-key"}
+	if os.Getenv("REDLOCK_MULTI_CATALOGUE") != "" {
+		only = nil
+	}
+	runMultiCatalogue(t, RedisServer, only)
+}
+
+// runMultiCatalogue runs the scenarios of the catalogue named in only (all
+// when only is nil), and the multi-key scenario, with multi-key locks
+// (AsMulti) on backend.
+func runMultiCatalogue(t *testing.T, backend Backend, only []string) {
 	strict := os.Getenv("REDLOCK_MULTI_CATALOGUE") != ""
 	ctx := context.Background()
 	sem := make(chan struct{}, 2)
@@ -63,6 +87,9 @@ func TestMultiCatalogue_InProcess(t *testing.T) {
 		if len(s.Workload.Modes) > 0 && s.Workload.Modes[0] == ModeExec {
 			continue // exec's own workload: nothing for multi-key locks to show
 		}
+		if only != nil && !slices.Contains(only, s.Name) {
+			continue
+		}
 		s = AsMulti(s).Scaled(testTimeScale)
 		expect := s.Expect
 		s.Expect = Safe
@@ -70,7 +97,11 @@ func TestMultiCatalogue_InProcess(t *testing.T) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
-				cluster, err := NewCluster(tctx(t, 10e9), ClusterOptions{Nodes: 5})
+				opt := ClusterOptions{Backend: backend, Nodes: 5}
+				if backend == RedisServer {
+					opt.RedisBinary = redisserver.Require(t)
+				}
+				cluster, err := NewCluster(tctx(t, 10e9), opt)
 				require.NoError(t, err)
 				defer func() { assert.NoError(t, cluster.Close()) }()
 				res, err := Run(ctx, cluster, s, multiTrials(), 13, func(line string) { t.Log(line) })

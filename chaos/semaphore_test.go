@@ -13,6 +13,7 @@ import (
 
 	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/oracle"
+	"github.com/d3b93e30/redlock/internal/redisserver"
 )
 
 // The semaphore's own scenarios are safe: never more permits held than
@@ -91,7 +92,11 @@ func runSemaphoreCatalogue(t *testing.T, backend Backend, only []string) {
 			limit <- struct{}{}
 			defer func() { <-limit }()
 			t.Run(s.Name, func(t *testing.T) {
-				cluster, err := NewCluster(tctx(t, 10*time.Second), ClusterOptions{Backend: backend, Nodes: 5})
+				opt := ClusterOptions{Backend: backend, Nodes: 5}
+				if backend == RedisServer {
+					opt.RedisBinary = redisserver.Require(t)
+				}
+				cluster, err := NewCluster(tctx(t, 10*time.Second), opt)
 				require.NoError(t, err)
 				defer func() { assert.NoError(t, cluster.Close()) }()
 				res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
@@ -134,6 +139,17 @@ func TestSemaphoreCatalogue_InProcess(t *testing.T) {
 		only = nil
 	}
 	runSemaphoreCatalogue(t, InProcess, only)
+}
+
+// The same scenarios as semaphores on real redis-servers, every time;
+// REDLOCK_SEMAPHORE_CATALOGUE=1 runs the whole catalogue.
+func TestSemaphoreCatalogue_RedisServer(t *testing.T) {
+	redisserver.Require(t)
+	only := []string{"no-faults", "minority-killed", "lost-replies", "client-pause", "clock-jump", "amnesia-unguarded"}
+	if os.Getenv("REDLOCK_SEMAPHORE_CATALOGUE") != "" {
+		only = nil
+	}
+	runSemaphoreCatalogue(t, RedisServer, only)
 }
 
 // Every catalogue scenario has a semaphore form on the workload's key.
