@@ -69,10 +69,15 @@ type Lease struct {
 // (those of its acquisition). Call Release when the work is done: it stops
 // the extender and releases the lock.
 //
-// KeepAlive returns ErrInvalidArgument for a bad option, an interval not
-// below l's validity, or when another Lease already keeps l alive; ErrClosed
-// if the Client is closed.
+// KeepAlive returns ErrInvalidArgument for a nil ctx, a bad option, an
+// interval not below l's validity, or when another Lease already keeps l
+// alive; ErrClosed if the Client is closed. On a lock already released or
+// lost it returns a Lease that has ended at once, its cause wrapping
+// ErrLockLost.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
 	var hold holdConfig
 	if err := applyOptions(opts, nil, &hold); err != nil {
 		return nil, err

@@ -599,3 +599,28 @@ func TestDo_HoldLimitReleasesAtOnce(t *testing.T) {
 		assert.Equal(t, 1, relOK, "one release")
 	})
 }
+
+// KeepAlive's promises for bad input: a nil context is refused before the
+// lock is touched (so a later KeepAlive still works), and a released lock
+// gets a Lease that has ended, its cause ErrLockLost.
+func TestKeepAlive_NilContextAndReleasedLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		l := c.acquire(t, ctx, "job", time.Second)
+		//lint:ignore SA1012 a nil context is the bad input under test
+		_, err := l.KeepAlive(nil) //nolint:staticcheck
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		lease, err := l.KeepAlive(ctx)
+		require.NoError(t, err, "the refused call left the lock free to keep alive")
+		require.NoError(t, lease.Release(ctx))
+
+		l = c.acquire(t, ctx, "job", time.Second)
+		require.NoError(t, l.Release(ctx))
+		lease, err = l.KeepAlive(ctx)
+		require.NoError(t, err)
+		<-lease.Done()
+		assert.ErrorIs(t, lease.Err(), redlock.ErrLockLost)
+		synctest.Wait()
+	})
+}

@@ -391,7 +391,7 @@ func TestClose_ConcurrentWithAcquire(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 2: a late grant, a failed write-back and two data losses
+// A late grant, a failed write-back and two data losses
 // must not repeat a token. P: first use, released, every node trusted. Node
 // 2 loses its data; A's grant on node 2 arrives after the vote was decided,
 // its follow-up later still, and node 1 refuses every write-back. A
@@ -424,7 +424,7 @@ func TestFencing_LateGrantAndFailedWriteBackNeverRepeatAToken(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 3(a): after a data loss on node 1 while node 2 is down, the
+// After a data loss on node 1 while node 2 is down, the
 // key is acquired again within one quarantine (it used to fail for ever:
 // the token needed every node's counter).
 func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *testing.T) {
@@ -452,7 +452,7 @@ func TestAmnesiaGuard_OneNodeDownAndOneAmnesiacRecoversWithinAQuarantine(t *test
 	})
 }
 
-// Issue 9, fault 3(b): node 2 down, the first use of a fresh key fails once
+// Node 2 down, the first use of a fresh key fails once
 // on a transient write-back error; the key is acquired again at once: the
 // failed attempt took back the epochs its grants created (it used to leave
 // them unvouched, which quarantined the key for a whole quarantine).
@@ -480,7 +480,7 @@ func TestAmnesiaGuard_FailedFirstUseRecoversAtOnce(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 3(c): node 2 down, two clients take 20 fresh keys at once
+// Node 2 down, two clients take 20 fresh keys at once
 // (several pods starting one cron job): every key is acquirable again at
 // once, since the losers take back the epochs their grants created.
 func TestAmnesiaGuard_ContendedFirstUsesRecoverAtOnce(t *testing.T) {
@@ -512,7 +512,7 @@ func TestAmnesiaGuard_ContendedFirstUsesRecoverAtOnce(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 3(d): N=5, one or two random nodes (never more) lose their
+// N=5, one or two random nodes (never more) lose their
 // data before each acquisition and answer late: every acquisition succeeds
 // at once, each token is higher than the last, and every node is trusted
 // again after each holder.

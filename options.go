@@ -23,8 +23,8 @@ type Option func(*config) error
 type HoldOption func(*holdConfig) error
 
 // DoOption is an option of a call that both acquires a lock and keeps it
-// (Client.Do, Semaphore.Do, Campaign, Lead) or checks both (CheckTTL): every
-// Option and every HoldOption is one, so that
+// (Client.Do, Client.DoMulti, Semaphore.Do, Campaign, Lead) or checks both
+// (CheckTTL): every Option and every HoldOption is one, so that
 //
 //	c.Do(ctx, key, ttl, fn, redlock.WithFencing(true), redlock.WithMaxHold(time.Minute))
 //
@@ -335,7 +335,7 @@ func RandomOwner() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// WithExtendInterval sets how often a Lease (KeepAlive, Do) extends its
+// WithExtendInterval sets how often a Lease (KeepAlive, Do, DoMulti) extends its
 // lock: every d, counted from the start of the previous acquisition or
 // extension. Default: a third of the TTL, so that the lock still has about
 // two thirds of its validity when an extension starts. d must be positive
@@ -352,7 +352,7 @@ func WithExtendInterval(d time.Duration) HoldOption {
 	}
 }
 
-// WithMaxHold limits how long a Lease (KeepAlive, Do) keeps its lock: d
+// WithMaxHold limits how long a Lease (KeepAlive, Do, DoMulti) keeps its lock: d
 // after KeepAlive was called, it stops extending and ends its context with a
 // cause wrapping ErrHoldLimit. With KeepAlive the keys then expire at their
 // TTL unless released first. Do releases the lock at once, at the limit,

@@ -19,7 +19,7 @@ import (
 	"github.com/d3b93e30/redlock"
 )
 
-// The model-based test of the lock's invariants (issue 9). rapid generates
+// The model-based test of the lock's invariants. rapid generates
 // schedules of client operations (Acquire, TryAcquire, two clients at once,
 // Extend longer and shorter, KeepAlive, Release) and node faults inside the
 // documented limits (lose data — guard on only, and while a node lost its
@@ -625,7 +625,7 @@ func (m *model) wipe(t *rapid.T) int {
 }
 
 // loseDataLate is loseData plus a late reply to the node's next acquire
-// call: issue 9's schedules, where a node that lost its data grants after
+// call: the schedules where a node that lost its data grants after
 // the vote was decided (it must still be vouched for).
 func (m *model) loseDataLate(t *rapid.T) {
 	i := m.wipe(t)

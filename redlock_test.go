@@ -334,7 +334,7 @@ func TestClose_WaitsForStragglers(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 1: the acquire script errors on node 2, so A holds the key
+// The acquire script errors on node 2, so A holds the key
 // on nodes 0 and 1 with TTL 10 s. A shorter Extend applies on node 0,
 // errors on node 1 and finds node 2 not held: it fails. 300 ms later B must
 // not acquire while A's handle is valid. The same for the old handle after a
@@ -396,7 +396,7 @@ func TestExtend_LongerLengthensTheKeys(t *testing.T) {
 	})
 }
 
-// Issue 9, fault 4: 1,000 acquire + release cycles on distinct names leave
+// 1,000 acquire + release cycles on distinct names leave
 // no bookkeeping once the retention has passed, and tokens still increase
 // for a name used again after it.
 func TestRetention_IdleNamesLeaveNothing(t *testing.T) {
@@ -485,7 +485,7 @@ func TestRetention_LongerTTLIsRefused(t *testing.T) {
 	})
 }
 
-// Issue 13, item 2: a lock kept alive survives rolling restarts of nodes
+// A lock kept alive survives rolling restarts of nodes
 // without persistence: node 0 restarts empty, 700 ms later node 1 does; no
 // one else ever held the key.
 func TestKeepAlive_SurvivesRollingRestarts(t *testing.T) {
@@ -563,7 +563,7 @@ func TestExtend_PutsBackOnlyWhereFreeAndOnlyWithAMajority(t *testing.T) {
 	})
 }
 
-// Issue 13, item 7: an Extend refused because the validity ran out says so
+// An Extend refused because the validity ran out says so
 // without an empty node list.
 func TestExtend_ValidityRanOutSaysNothingSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

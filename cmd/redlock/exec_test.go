@@ -392,7 +392,7 @@ func TestStatus(t *testing.T) {
 	assert.Contains(t, stdout.String(), "Example:")
 }
 
-// Issue 11.9: --help goes to stdout for every subcommand, and there is a
+// --help goes to stdout for every subcommand, and there is a
 // --version.
 func TestHelpAndVersion(t *testing.T) {
 	ctx := context.Background()

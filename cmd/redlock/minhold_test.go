@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 15: one run per cron tick across hosts whose cron fires at
+// One run per cron tick across hosts whose cron fires at
 // different moments (clock skew plus start-up delay), whatever the job's
 // length. A "host" here is one redlock exec process; the skew is how much
 // later the second one starts.

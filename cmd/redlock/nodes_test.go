@@ -28,7 +28,7 @@ func requirePass(t *testing.T, s *redisserver.Server, password string) {
 	require.NoError(t, c.ConfigSet(context.Background(), "requirepass", password).Err())
 }
 
-// Issue 11.4: a failed acquisition says what each node answered, never a
+// A failed acquisition says what each node answered, never a
 // password.
 func TestExec_SaysWhatEachNodeAnswered(t *testing.T) {
 	servers, _ := startNodes(t, 5)
@@ -97,7 +97,7 @@ func TestExec_PendingNodesAreAskedAgain(t *testing.T) {
 	assert.NotContains(t, out, password)
 }
 
-// Issue 11.6: one server named twice, by another spelling or another
+// One server named twice, by another spelling or another
 // database number, is refused at first contact as bad usage.
 func TestExec_SameServerTwice(t *testing.T) {
 	servers, _ := startNodes(t, 2)
@@ -123,7 +123,7 @@ func TestExec_SameServerTwice(t *testing.T) {
 	assert.Equal(t, 0, code, stderr.String())
 }
 
-// Issue 11.3: a busy run prints nothing (cron mails any output) unless -v.
+// A busy run prints nothing (cron mails any output) unless -v.
 func TestExec_BusyIsQuiet(t *testing.T) {
 	bin := redlockBinary(t)
 	_, nodes := startNodes(t, 3)
@@ -147,7 +147,7 @@ func TestExec_BusyIsQuiet(t *testing.T) {
 	assert.Equal(t, 0, holder.wait(t), holder.stderr.String())
 }
 
-// Issue 11.8: status names the holder (host, pid, since), a record that
+// Status names the holder (host, pid, since), a record that
 // follows the lock's extensions and is deleted on release.
 func TestStatus_ShowsTheHolder(t *testing.T) {
 	bin := redlockBinary(t)
@@ -195,7 +195,7 @@ func TestHolderKey_SharesTheLockSlot(t *testing.T) {
 	assert.Equal(t, "{a{}b}:holder", holderKey("a{}b"))
 }
 
-// Issue 11.5: in --json a node that did not answer is unknown, never free.
+// In --json a node that did not answer is unknown, never free.
 func TestStatus_JSONUnknownNode(t *testing.T) {
 	servers, nodes := startNodes(t, 3)
 	require.NoError(t, servers[2].Kill())

@@ -73,7 +73,7 @@ touch "$2"
 while :; do echo A >> "$3"; sleep 0.05; done`
 }
 
-// Issue 11.1: SIGKILL to redlock exec kills the job's whole process group at
+// SIGKILL to redlock exec kills the job's whole process group at
 // once, and a second exec then runs alone.
 func TestExec_RedlockKilledTakesTheJobWithIt(t *testing.T) {
 	bin := redlockBinary(t)
@@ -99,7 +99,7 @@ func TestExec_RedlockKilledTakesTheJobWithIt(t *testing.T) {
 	assert.Equal(t, "B-end\n", afterB, "nothing of the first job ran while the second held the lock")
 }
 
-// Issue 11.1 and 11.2: each signal a supervisor sends is forwarded to the
+// Each signal a supervisor sends is forwarded to the
 // job; a job that ignores it is killed, with its group, --grace later, the
 // lock is released, and redlock exits 128+N.
 func TestExec_SignalsReachTheJob(t *testing.T) {
