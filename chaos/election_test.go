@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,21 +37,13 @@ func runElectionCatalogue(t *testing.T, backend Backend) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
-				// Not newTestCluster: its clean-up requires that no
-				// redis-server at all is left, and the other scenarios'
-				// clusters still run. That is checked once all are closed.
-				opt := ClusterOptions{Backend: backend, Nodes: 5}
-				if backend == RedisServer {
-					opt.RedisBinary = redisserver.Require(t)
-				}
-				cluster, err := NewCluster(tctx(t, 10*time.Second), opt)
-				require.NoError(t, err)
-				defer func() { assert.NoError(t, cluster.Close()) }()
+				cluster := newCatalogueCluster(t, backend)
 				// A trial that took no lock tested nothing (on a loaded
 				// machine every call can time out): another trial, with
 				// another seed, up to 3 in all. The first trial that took a
 				// lock, or showed a violation, is the one judged.
 				var res Result
+				var err error
 				for seed := uint64(7); ; seed++ {
 					res, err = Run(ctx, cluster, s, 1, seed, func(line string) { t.Log(line) })
 					require.NoError(t, err)

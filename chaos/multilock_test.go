@@ -97,13 +97,7 @@ func runMultiCatalogue(t *testing.T, backend Backend, only []string) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
-				opt := ClusterOptions{Backend: backend, Nodes: 5}
-				if backend == RedisServer {
-					opt.RedisBinary = redisserver.Require(t)
-				}
-				cluster, err := NewCluster(tctx(t, 10e9), opt)
-				require.NoError(t, err)
-				defer func() { assert.NoError(t, cluster.Close()) }()
+				cluster := newCatalogueCluster(t, backend)
 				res, err := Run(ctx, cluster, s, multiTrials(), 13, func(line string) { t.Log(line) })
 				require.NoError(t, err)
 				for _, n := range res.Notes {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/internal/redisserver"
@@ -37,6 +39,23 @@ func newTestCluster(t *testing.T, opt ClusterOptions) *Cluster {
 		}
 		waitDialProbes(t)
 	})
+	return c
+}
+
+// newCatalogueCluster starts a 5-node cluster on backend for one scenario
+// of a catalogue run, closed when the test ends. Not newTestCluster: its
+// clean-up requires that no redis-server at all is left, while the other
+// scenarios' clusters still run; the catalogue checks that once all are
+// closed.
+func newCatalogueCluster(t *testing.T, backend Backend) *Cluster {
+	t.Helper()
+	opt := ClusterOptions{Backend: backend, Nodes: 5}
+	if backend == RedisServer {
+		opt.RedisBinary = redisserver.Require(t)
+	}
+	c, err := NewCluster(tctx(t, 10*time.Second), opt)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	return c
 }
 

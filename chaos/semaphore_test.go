@@ -92,13 +92,7 @@ func runSemaphoreCatalogue(t *testing.T, backend Backend, only []string) {
 			limit <- struct{}{}
 			defer func() { <-limit }()
 			t.Run(s.Name, func(t *testing.T) {
-				opt := ClusterOptions{Backend: backend, Nodes: 5}
-				if backend == RedisServer {
-					opt.RedisBinary = redisserver.Require(t)
-				}
-				cluster, err := NewCluster(tctx(t, 10*time.Second), opt)
-				require.NoError(t, err)
-				defer func() { assert.NoError(t, cluster.Close()) }()
+				cluster := newCatalogueCluster(t, backend)
 				res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
 				require.NoError(t, err)
 				for _, n := range res.Notes {
