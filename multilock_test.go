@@ -195,7 +195,9 @@ func TestAcquireMulti_CleanUpWakesNoWaiter(t *testing.T) {
 		c.nodes[1].m.FlushAll()
 
 		every100ms := redlock.RetryFunc(func(attempt int) (time.Duration, bool) { return 100 * time.Millisecond, attempt < 1000 })
-		actx, cancel := context.WithTimeout(ctx, time.Second)
+		// The deadline falls between two attempts (at 1.0 s and 1.1 s), so
+		// the error reports a whole attempt, not one the deadline cut short.
+		actx, cancel := context.WithTimeout(ctx, 1050*time.Millisecond)
 		defer cancel()
 		_, err = c.rl.AcquireMulti(actx, []string{"a", "b"}, time.Second, redlock.WithRetry(every100ms))
 		qe := quorumError(t, err)

@@ -71,8 +71,10 @@ func scriptSHA(src string) string { return mutation.SHA(src) }
 // clock-drift-in-budget (a window of about 0.9% of the TTL in which the rival
 // must complete an acquisition), was missed by 3 trials in a row under the
 // race detector on a loaded 2-core machine (load average about 6), while one
-// trial caught it on a quieter one.
-const mutantTestTrials = 5
+// trial caught it on a quieter one. multi-partial-grant, which needs a
+// multi-key attempt to meet a holder of part of its keys, survived 5 trials
+// once in a CI run under the race detector.
+const mutantTestTrials = 10
 
 // The harness must catch every mutant in the catalogue: at least one of the
 // mutant's scenarios must report a verdict other than the expected one.
