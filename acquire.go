@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
@@ -68,7 +66,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			return nil, err // the owner generator failed: nothing was sent
 		}
 		last.Attempts = attempt
-		if cause := unfixable(last); cause != nil {
+		if cause := c.misconfigured(last); cause != nil {
 			if last.Cause != nil {
 				cause = fmt.Errorf("%w; %w", last.Cause, cause)
 			}
@@ -91,53 +89,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		last.Cause = err
 	}
 	return nil, last
-}
-
-// unfixable says why no later attempt can succeed after the failed one qe
-// describes: so many nodes answered with an error reply that retrying does
-// not change (unfixableReply) that the rest are fewer than a quorum. It is
-// nil when a retry may succeed (a node that timed out, was unreachable or
-// answered something else may still grant).
-func unfixable(qe *QuorumError) error {
-	var first error
-	refusing := 0
-	for _, r := range qe.Nodes {
-		if r.Outcome == OutcomeError && unfixableReply(r.Err) {
-			refusing++
-			if first == nil {
-				first = r.Err
-			}
-		}
-	}
-	if len(qe.Nodes)-refusing >= qe.Quorum {
-		return nil
-	}
-	return fmt.Errorf("%d of %d nodes answer with an error that retrying cannot fix (not retried): %w", refusing, len(qe.Nodes), first)
-}
-
-// unfixableReplies are the prefixes of the error replies that the same
-// command on the same node will get again, until someone changes the
-// node's configuration or data: authentication and ACL errors, a key of
-// another type under the lock's name, scripting not available. Not READONLY:
-// a master that a failover has just demoted answers it until the node's
-// client (a Sentinel failover client, which New accepts) switches to the
-// new master, which is why go-redis itself retries it; LOADING likewise.
-var unfixableReplies = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "WRONGTYPE ", "ERR unknown command"}
-
-// unfixableReply reports whether err is a Redis error reply that retrying
-// cannot fix (see unfixableReplies).
-func unfixableReply(err error) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	msg := reply.Error()
-	for _, p := range unfixableReplies {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // checkAcquire checks Acquire's arguments before any node is asked, and

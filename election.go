@@ -351,7 +351,28 @@ func (c *Client) readLeader(ctx context.Context, onNodes string, cfg config) (Le
 		})
 	}
 	wg.Wait()
-	return tallyLeader(states, c.quorum)
+	ld, err := tallyLeader(states, c.quorum)
+	if errors.Is(err, ErrNoQuorum) {
+		err = c.misconfiguredRead(states, err)
+	}
+	return ld, err
+}
+
+// misconfiguredRead returns err wrapping why the nodes cannot be read
+// (ErrMisconfigured, see Client.misconfigured) when so many of states are
+// error replies no retry fixes that the others are fewer than a quorum.
+func (c *Client) misconfiguredRead(states []NodeState, err error) error {
+	qe := &QuorumError{Quorum: c.quorum, Nodes: make([]NodeResult, len(states))}
+	for i, st := range states {
+		qe.Nodes[i] = NodeResult{Node: st.Node, Outcome: OutcomeGranted}
+		if st.Err != nil {
+			qe.Nodes[i].Outcome, qe.Nodes[i].Err = OutcomeError, st.Err
+		}
+	}
+	if cause := c.misconfigured(qe); cause != nil {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // tallyLeader returns the leader that at least quorum of the node states

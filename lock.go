@@ -411,7 +411,7 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
-		return t, newQuorumError(OpRelease, l.key, c.quorum, t, err, nil)
+		return t, c.withMisconfig(newQuorumError(OpRelease, l.key, c.quorum, t, err, nil))
 	}
 	l.state.freed = true
 	return t, nil
@@ -628,7 +628,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 		if refused <= len(c.nodes)-c.quorum {
 			err = ErrNoQuorum
 		}
-		return nil, t, newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx))
+		return nil, t, c.withMisconfig(newQuorumError(OpExtend, l.key, c.quorum, t, err, callerEnded(ctx)))
 	}
 	if validityLeft(ttl, now.Sub(start), l.cfg.driftFactor) <= 0 {
 		cause := fmt.Errorf("validity time ran out: extension took %v of the %v ttl", now.Sub(start), ttl)

@@ -369,7 +369,7 @@ func (c *Client) acquireMulti(ctx context.Context, mk *multiKeys, all []string, 
 		if w == nil && held >= 0 {
 			wait = all[3*held]
 		}
-		if cause := unfixable(last); cause != nil {
+		if cause := c.misconfigured(last); cause != nil {
 			last.Cause = joinCause(last.Cause, cause)
 			break
 		}

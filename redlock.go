@@ -48,14 +48,20 @@
 //
 // Whatever the retry policy, Acquire makes no further attempt when so many
 // nodes answered with an error reply that retrying cannot fix that fewer than
-// a majority are left: NOAUTH, WRONGPASS, NOPERM (credentials, ACL), WRONGTYPE
-// (another kind of key under the name of the lock's fencing counter or epoch;
-// one under the lock's own name makes the node answer "taken", as SET NX
-// does), ERR unknown command (scripting disabled). A wrong password then fails
-// at once instead of retrying until ctx ends; the *QuorumError's Cause says so
-// and wraps the first such reply (errors.As with go-redis's redis.Error).
-// READONLY and LOADING are retried: a failover or a restart ends them (a node
-// that is a replica for good fails when ctx ends).
+// a majority are left; Extend, Release, Leader and the semaphore and
+// multi-key calls say the same when it is why they failed. Those replies are
+// authentication (NOAUTH, WRONGPASS, and Redis 7.0's "ERR Protocol error:
+// unauthenticated multibulk length" to a script call sent without the
+// password), ACL (NOPERM), READONLY (a replica; retried on a Sentinel
+// failover client, which switches to the new master by itself), MOVED, ASK,
+// CROSSSLOT (a Redis Cluster node), ERR unknown command (EVALSHA or EVAL
+// renamed or disabled), NOSCRIPT, and WRONGTYPE (another kind of key under the
+// name of the lock's fencing counter or epoch; one under the lock's own name
+// makes the node answer "taken", as SET NX does). The call fails at once with
+// ErrMisconfigured (errors.Is) in the *QuorumError's Cause, which names the
+// node and what to fix and wraps the node's reply (errors.As with go-redis's
+// redis.Error). LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM, MISCONF
+// and NOREPLICAS are retried: the node ends them by itself.
 //
 // # Waiting
 //

@@ -191,7 +191,7 @@ func (s *Semaphore) acquire(ctx context.Context, ttl time.Duration, cfg config, 
 			return p, err
 		}
 		qe.Key, qe.Attempts = s.name, round
-		if unfix := unfixable(qe); unfix != nil {
+		if unfix := s.c.misconfigured(qe); unfix != nil {
 			qe.Cause, wait = joinCause(qe.Cause, unfix), false
 		} else if over := out.record(started, qe); over != nil {
 			qe.Cause, wait = joinCause(qe.Cause, over), false
