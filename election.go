@@ -348,6 +348,7 @@ func (c *Client) readLeader(ctx context.Context, onNodes string, cfg config) (Le
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			states[i] = inspectNode(nctx, n, keys)
+			c.health.record(ctx, i, states[i].Err)
 		})
 	}
 	wg.Wait()

@@ -74,9 +74,10 @@ func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
 	defer c.eng.Track()()
 	for i, n := range c.nodes {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, timeout)
+			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			states[i] = inspectNode(ctx, n, keys)
+			states[i] = inspectNode(nctx, n, keys)
+			c.health.record(ctx, i, states[i].Err)
 		})
 	}
 	wg.Wait()

@@ -293,7 +293,8 @@ type Client struct {
 	// ttlArg and retentionArg box the TTL and the retention for the
 	// scripts (nodecall.MillisArgs).
 	ttlArg, retentionArg nodecall.MillisArgs
-	notify               notifier // wakes waiting Acquire calls on release (notify.go)
+	notify               notifier   // wakes waiting Acquire calls on release (notify.go)
+	health               healthView // what the node calls saw of each node (health.go)
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -481,6 +482,8 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	quorum := cfg.mutant.Quorum(len(nodes), len(nodes)/2+1) // chaos mutant hook
 	c := &Client{nodes: nodes, quorum: quorum, cfg: cfg}
 	c.eng.Nodes, c.eng.Quorum = nodes, quorum
+	c.health.init(nodes, cfg.logger)
+	c.eng.Answered = c.health.answered
 	c.eng.Init()
 	c.notify.c = c
 	return c, nil

@@ -12,6 +12,7 @@
 package nodecall
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,11 @@ type Engine struct {
 	Queued bool
 	// Tracker counts the calls in flight.
 	Tracker
+	// Answered, when not nil, is told every node call's reply as the call
+	// returns (after its vote, for a straggler), with the context the
+	// vote's caller started it with: the redlock package's health view. It
+	// runs in the call's goroutine and must be cheap.
+	Answered func(caller context.Context, r Reply)
 }
 
 // Node is one Redis master of a client.

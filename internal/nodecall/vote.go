@@ -90,12 +90,17 @@ type Ballot struct {
 	// (Tracker.lingering) until its calls have returned.
 	linger  bool
 	lingers *Tracker
+	// caller is the context the vote was started with, told with each
+	// reply to onReply (Engine.Answered) when that is not nil.
+	caller  context.Context
+	onReply func(context.Context, Reply)
 }
 
 // Start starts one node call per node for b, whose replies counter counts.
 func (e *Engine) Start(ctx context.Context, b *Ballot, counter Counter, v Vote) {
 	n := len(e.Nodes)
 	b.counter, b.replies, b.late, b.keep, b.done = counter, make(chan Reply, n), v.Late, v.KeepLate, make(chan struct{})
+	b.caller, b.onReply = ctx, e.Answered
 	// One goroutine per node call and no other: the last call to finish
 	// ends the vote's context and closes done (no waiter goroutine).
 	b.ctx, b.expired, b.cancel = e.lingerContext(ctx, v.Timeout, v.Linger)
@@ -180,6 +185,9 @@ func (b *Ballot) call(i int, nd *Node, op Op) {
 	start := time.Now()
 	r := op(b.ctx, nd)
 	r.Idx, r.Latency = i, time.Since(start)
+	if b.onReply != nil {
+		b.onReply(b.caller, r)
+	}
 	b.deliver(r)
 	if b.linger {
 		// After deliver: the vote may end once every call returned, and

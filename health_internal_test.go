@@ -1,0 +1,42 @@
+package redlock
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The amnesia guard's hooks: a quarantine shows in Health until it ends,
+// and an incarnation is reported as set.
+func TestHealth_QuarantineAndIncarnationHooks(t *testing.T) {
+	c := &Client{nodes: []*node{{Name: "a"}, {Name: "b"}}}
+	c.health.init(c.nodes, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	c.health.record(ctx, 0, nil)
+	c.health.record(ctx, 1, nil)
+	until := time.Now().Add(time.Hour)
+	c.health.setQuarantine(1, until)
+	c.health.setIncarnation(1, "run-1")
+	h := c.Health()
+	assert.Equal(t, HealthUp, h[0].State)
+	assert.Equal(t, HealthQuarantined, h[1].State)
+	assert.Equal(t, until, h[1].QuarantinedUntil)
+	assert.Equal(t, "run-1", h[1].Incarnation)
+	c.health.record(ctx, 1, nil)
+	assert.Equal(t, HealthQuarantined, c.Health()[1].State, "an answer does not end a quarantine")
+	c.health.setQuarantine(1, time.Time{})
+	assert.Equal(t, HealthUp, c.Health()[1].State)
+	assert.True(t, c.Health()[1].QuarantinedUntil.IsZero())
+}
+
+// A node call that finds its node as it was allocates nothing.
+func TestHealth_NoAllocationWhenUnchanged(t *testing.T) {
+	c := &Client{nodes: []*node{{Name: "a"}}}
+	c.health.init(c.nodes, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	c.health.record(ctx, 0, nil)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.health.answered(ctx, reply{Idx: 0}) }))
+}
