@@ -312,7 +312,10 @@ func WithRetention(d time.Duration) Option {
 // WithLogger sets a structured logger. Debug logs every acquisition attempt,
 // extension and release with its per-node outcomes; warn logs settings that
 // weaken the lock, failed extensions and releases, and lost locks (see
-// Lease). Owner values and passwords are never logged. Default: no logging.
+// Lease). Given to New or Dial, it also gets each change of a node's health
+// once (Client.Health): WARN when a node goes down or into quarantine, INFO
+// when it recovers. Owner values and passwords are never logged. Default: no
+// logging.
 // It must not be nil, nor a Logger without a Handler (the zero slog.Logger):
 // ErrInvalidArgument.
 func WithLogger(l *slog.Logger) Option {

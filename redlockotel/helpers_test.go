@@ -105,6 +105,8 @@ type harness struct {
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
+	// observer is the Observer the Client reports to.
+	observer *redlockotel.Observer
 }
 
 func newHarness(t *testing.T, n int, otelOpts []redlockotel.Option, opts ...redlock.Option) *harness {
@@ -117,6 +119,7 @@ func newHarness(t *testing.T, n int, otelOpts []redlockotel.Option, opts ...redl
 		redlockotel.WithMeterProvider(mp), redlockotel.WithTracerProvider(tp),
 	}, otelOpts...)...)
 	require.NoError(t, err)
+	h.observer = obs
 	clients := make([]redis.UniversalClient, n)
 	for i := range n {
 		nd := newTestNode(t, i)
@@ -181,6 +184,14 @@ func (h *harness) metrics(t *testing.T) map[string]string {
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					out[m.Name+attrString(p.Attributes)] = histString(p.Count, p.Sum, p.Bounds, p.BucketCounts)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name+attrString(p.Attributes)] = fmt.Sprint(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name+attrString(p.Attributes)] = fmt.Sprint(p.Value)
 				}
 			default:
 				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)

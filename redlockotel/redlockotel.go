@@ -26,6 +26,12 @@
 //	redlock.node.outcomes         counter    {outcome}    per node and operation: redlock.operation.name, redlock.node.outcome, server.address, server.port
 //	redlock.leases.lost           counter    {lease}      Leases (and Do calls) that lost their lock: error.type (lock_lost, hold_limit)
 //
+// RegisterHealth adds two gauges of a Client's view of its nodes
+// (redlock.Client.Health), read at each collection:
+//
+//	redlock.node.state             gauge  {node}  1 for each node's state, 0 for the others: redlock.node.state, server.address, server.port
+//	redlock.node.quarantine.left   gauge  s       how long each node's quarantine still lasts (0: none): server.address, server.port
+//
 // redlock.operation.name is acquire, extend, release or do; an Acquire call
 // counts once however many attempts it made (redlock.nodes.granted and
 // redlock.node.outcomes count each attempt). The key never appears in a metric.
@@ -86,6 +92,7 @@ const (
 	FencingTokenKey = attribute.Key("redlock.fencing.token")    // the token of the lock acquired or extended
 	ValidityKey     = attribute.Key("redlock.lock.validity")    // an attempt event's validity time, in seconds
 	OutageOverKey   = attribute.Key("redlock.outage.over")      // an outage event's: false when it starts, true when it ends
+	NodeStateKey    = attribute.Key("redlock.node.state")       // redlock.HealthState.String(): unknown, up, down, quarantined
 )
 
 // Span event names.
@@ -171,6 +178,8 @@ type Observer struct {
 	lost       metric.Int64Counter
 
 	nodeAttrs sync.Map // node name → []attribute.KeyValue
+
+	meter metric.Meter // for RegisterHealth's gauges
 }
 
 var _ redlock.Tracer = (*Observer)(nil)
@@ -189,7 +198,7 @@ func New(opts ...Option) (*Observer, error) {
 		}
 	}
 	m := cfg.meters.Meter(ScopeName)
-	o := &Observer{tracer: cfg.tracers.Tracer(ScopeName), keys: cfg.keys}
+	o := &Observer{tracer: cfg.tracers.Tracer(ScopeName), keys: cfg.keys, meter: m}
 	var errs [7]error
 	o.operations, errs[0] = m.Int64Counter("redlock.operations",
 		metric.WithUnit("{operation}"),
@@ -433,4 +442,48 @@ func ErrorType(err error) string {
 		return "deadline_exceeded"
 	}
 	return semconv.ErrorTypeOther.Value.AsString()
+}
+
+// healthStates are the values of redlock.node.state.
+var healthStates = []redlock.HealthState{redlock.HealthUnknown, redlock.HealthUp, redlock.HealthDown, redlock.HealthQuarantined}
+
+// RegisterHealth reports c's view of its nodes (redlock.Client.Health) as
+// the gauges redlock.node.state and redlock.node.quarantine.left (see
+// Metrics), read from c at each collection, until the returned
+// Registration is unregistered (do that before closing c; a closed Client
+// keeps reporting what it last saw). It returns an error wrapping
+// redlock.ErrInvalidArgument for a nil c, or the meter's error.
+func (o *Observer) RegisterHealth(c *redlock.Client) (metric.Registration, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil Client", redlock.ErrInvalidArgument)
+	}
+	state, err1 := o.meter.Int64ObservableGauge("redlock.node.state",
+		metric.WithUnit("{node}"),
+		metric.WithDescription("1 for each node's state in the Client's health view (redlock.node.state), 0 for the other states."))
+	left, err2 := o.meter.Float64ObservableGauge("redlock.node.quarantine.left",
+		metric.WithUnit("s"),
+		metric.WithDescription("How long each node's quarantine (amnesia guard) still lasts; 0 when it is not quarantined."))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		now := time.Now()
+		for _, h := range c.Health() {
+			attrs := o.nodeAttributes(h.Node)
+			for _, s := range healthStates {
+				v := int64(0)
+				if h.State == s {
+					v = 1
+				}
+				withState := append(append(make([]attribute.KeyValue, 0, len(attrs)+1), attrs...), NodeStateKey.String(s.String()))
+				obs.ObserveInt64(state, v, metric.WithAttributes(withState...))
+			}
+			secs := 0.0
+			if h.QuarantinedUntil.After(now) {
+				secs = h.QuarantinedUntil.Sub(now).Seconds()
+			}
+			obs.ObserveFloat64(left, secs, metric.WithAttributes(attrs...))
+		}
+		return nil
+	}, state, left)
 }
