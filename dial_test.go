@@ -22,7 +22,7 @@ func TestDial_HostPortAndPortRange(t *testing.T) {
 
 	for _, u := range []string{"127.0.0.1:99999", "redis://:s3cretPw@127.0.0.1:65536", "redis://127.0.0.1:0", "u:s3cretPw@127.0.0.1:70000"} {
 		_, err := redlock.Dial([]string{"127.0.0.1:7001", u})
-		requireInvalid(t, err, "node 1")
+		requireInvalid(t, err, "node 2 of 2")
 		assert.Contains(t, err.Error(), "out of range", u)
 		assert.NotContains(t, err.Error(), "s3cretPw")
 	}

@@ -299,7 +299,8 @@ func (c *Client) deleteEverywhere(ctx context.Context, key string, timeout time.
 // majority of the nodes; an error wrapping ErrNoQuorum, with each node's
 // error, when too few nodes answered to tell; ErrInvalidArgument for an
 // empty name; ErrClosed on a closed Client. opts may set WithKeyPrefix and
-// WithNodeTimeout.
+// WithNodeTimeout only: any other option, which it would ignore, gives
+// ErrInvalidArgument naming it.
 func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (Leader, error) {
 	onNodes, cfg, err := c.leaderKey(name, opts)
 	if err != nil {
@@ -312,7 +313,10 @@ func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (Leade
 // election's lock key on the nodes.
 func (c *Client) leaderKey(name string, opts []Option) (string, config, error) {
 	cfg := c.cfg
-	if err := cfg.apply(opts); err != nil {
+	err := cfg.applyOnly(opts, "Leader and WatchLeader", func(probe, was *config) {
+		probe.prefix, probe.nodeTimeout = was.prefix, was.nodeTimeout
+	})
+	if err != nil {
 		return "", cfg, err
 	}
 	if name == "" {

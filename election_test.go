@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -304,6 +305,34 @@ func TestWatchLeader_FollowsChanges(t *testing.T) {
 		assert.Equal(t, redlock.Leader{}, <-watch, "seen at the next re-read")
 		stop()
 		for range watch {
+		}
+	})
+}
+
+// Leader and WatchLeader use WithKeyPrefix and WithNodeTimeout, and refuse
+// every other option, which they would ignore, naming it.
+func TestLeader_RefusesOptionsItIgnores(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		_, err := c.rl.Leader(ctx, "e", redlock.WithKeyPrefix("app:"), redlock.WithNodeTimeout(time.Second))
+		assert.ErrorIs(t, err, redlock.ErrNoLeader, "the options it uses are accepted")
+		for name, opt := range map[string]redlock.Option{
+			"WithRetry":           redlock.WithRetry(redlock.NoRetry()),
+			"WithFencing":         redlock.WithFencing(true),
+			"WithDriftFactor":     redlock.WithDriftFactor(0.01),
+			"WithOwnerGenerator":  redlock.WithOwnerGenerator(redlock.RandomOwner),
+			"WithQuarantine":      redlock.WithQuarantine(redlock.DefaultQuarantine),
+			"WithoutAmnesiaGuard": redlock.WithoutAmnesiaGuard(),
+			"WithOutageLimit":     redlock.WithOutageLimit(time.Minute),
+			"WithRetention":       redlock.WithRetention(redlock.DefaultRetention),
+			"WithLogger":          redlock.WithLogger(slog.New(slog.DiscardHandler)),
+			"WithMinHold":         redlock.WithMinHold(time.Second),
+		} {
+			_, err := c.rl.Leader(ctx, "e", opt)
+			requireInvalid(t, err, "Leader and WatchLeader does not use "+name)
+			_, err = c.rl.WatchLeader(ctx, "e", time.Second, redlock.WithKeyPrefix("app:"), opt)
+			requireInvalid(t, err, name)
 		}
 	})
 }

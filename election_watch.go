@@ -27,7 +27,8 @@ import (
 // closed; its goroutines and pub/sub connections (one per node) end first. It
 // returns ErrInvalidArgument for an empty name or an `every` that is not
 // positive, ErrClosed on a closed Client. opts may set WithKeyPrefix and
-// WithNodeTimeout.
+// WithNodeTimeout only: any other option, which it would ignore, gives
+// ErrInvalidArgument naming it.
 func (c *Client) WatchLeader(ctx context.Context, name string, every time.Duration, opts ...Option) (<-chan Leader, error) {
 	if every <= 0 {
 		return nil, fmt.Errorf("%w: watch re-read interval %v must be positive", ErrInvalidArgument, every)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -39,4 +40,11 @@ func TestHealth_NoAllocationWhenUnchanged(t *testing.T) {
 	ctx := context.Background()
 	c.health.record(ctx, 0, nil)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { c.health.answered(ctx, reply{Idx: 0}) }))
+}
+
+// sameSettings compares every field of config but the mutant hook: a new
+// field must be added there (and to probeConfig), or Leader would accept an
+// option that sets it and ignore it.
+func TestSameSettings_CoversEveryField(t *testing.T) {
+	assert.Equal(t, 13, reflect.TypeOf(config{}).NumField(), "config changed: update sameSettings and probeConfig")
 }

@@ -19,8 +19,6 @@ func TestParseNodes(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"", nil},
-		{" \t ", nil},
 		{"127.0.0.1:7001", []string{"redis://127.0.0.1:7001"}},
 		{" a:1 , rediss://u:pw@b:2/3,unix:///tmp/r.sock ", []string{"redis://a:1", "rediss://u:pw@b:2/3", "unix:///tmp/r.sock"}},
 	} {
@@ -29,11 +27,13 @@ func TestParseNodes(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.in)
 	}
 	for _, tc := range []struct{ in, msg string }{
-		{"a:1,,b:2", "node 1 of 3 is empty"},
-		{"redis://:s3cretPw@a:1,b:2,", "node 2 of 3 is empty"},
-		{",a:1", "node 0 of 2 is empty"},
-		{"a:1, ,b:2", "node 1 of 3 is empty"},
-		{",", "node 0 of 2 is empty"},
+		{"a:1,,b:2", "node 2 of 3 is empty"},
+		{"redis://:s3cretPw@a:1,b:2,", "node 3 of 3 is empty"},
+		{",a:1", "node 1 of 2 is empty"},
+		{"a:1, ,b:2", "node 2 of 3 is empty"},
+		{",", "node 1 of 2 is empty"},
+		{"", "no nodes"},
+		{" \t ", "no nodes"},
 	} {
 		got, err := redlock.ParseNodes(tc.in)
 		assert.Nil(t, got, tc.in)

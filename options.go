@@ -7,6 +7,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
+	"strings"
 	"time"
 )
 
@@ -411,4 +414,72 @@ func WithMinHold(d time.Duration) Option {
 		c.minHold = d
 		return nil
 	}
+}
+
+// applyOnly applies opts to cfg as apply does, and returns ErrInvalidArgument
+// naming the first option that sets anything but the fields allowed says
+// may be set (a call that would ignore it: Leader, WatchLeader). Each option
+// is first tried on two probes whose fields all differ, so that setting a
+// field shows on at least one of them whatever the value.
+func (cfg *config) applyOnly(opts []Option, call string, allowed func(probe, was *config)) error {
+	for _, o := range opts {
+		if o == nil {
+			return errNilOption
+		}
+		for _, p := range [2]config{probeConfig(-1, false), probeConfig(-2, true)} {
+			was := p
+			if err := o(&p); err != nil {
+				return err
+			}
+			allowed(&p, &was)
+			if !sameSettings(&p, &was) {
+				return fmt.Errorf("%w: %s does not use %s", ErrInvalidArgument, call, optionName(o))
+			}
+		}
+	}
+	return cfg.apply(opts)
+}
+
+// probeConfig is a config whose every field holds a value no option sets
+// (durations and the drift factor d, nil functions and interfaces), with
+// fencing as given.
+func probeConfig(d time.Duration, fencing bool) config {
+	return config{
+		driftFactor: float64(d), nodeTimeout: d, prefix: "\x00probe", fencing: fencing,
+		quarantine: d, outageLimit: d, retention: d, minHold: d,
+	}
+}
+
+// sameSettings reports whether a and b hold the same settings (the chaos
+// harness's mutant hook aside); functions and interfaces are compared by
+// being set.
+func sameSettings(a, b *config) bool {
+	return a.driftFactor == b.driftFactor && a.nodeTimeout == b.nodeTimeout && a.prefix == b.prefix &&
+		a.fencing == b.fencing && a.quarantine == b.quarantine && a.outageLimit == b.outageLimit &&
+		a.retention == b.retention && a.minHold == b.minHold &&
+		(a.retry == nil) == (b.retry == nil) && (a.owner == nil) == (b.owner == nil) &&
+		(a.logger == nil) == (b.logger == nil) && (a.observer == nil) == (b.observer == nil)
+}
+
+// optionName names the constructor that made o ("WithRetry"), or says "an
+// option" when it cannot tell.
+func optionName(o Option) string {
+	f := runtime.FuncForPC(reflect.ValueOf(o).Pointer())
+	if f == nil {
+		return "an option"
+	}
+	// "github.com/d3b93e30/redlock.WithRetry.func1", or with the caller's
+	// name in front when the constructor was inlined:
+	// "example.com/app.run.WithRetry.func2", "example.com/app.run.func1.WithRetry.1".
+	parts := strings.Split(f.Name(), ".")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.HasPrefix(parts[i], "func") || strings.HasPrefix(parts[i], "gowrap") || strings.Trim(parts[i], "0123456789") == "" {
+			continue // a closure's own name: func1, or 1 inside another closure
+		}
+		if strings.HasPrefix(parts[i], "With") {
+			return parts[i]
+		}
+		break
+	}
+	return "an option"
 }

@@ -134,8 +134,8 @@ func TestNew_BadInput(t *testing.T) {
 	}{
 		{"no clients", nil, "no nodes"},
 		{"empty list", []redis.UniversalClient{}, "no nodes"},
-		{"nil client", []redis.UniversalClient{a, nil}, "client 1 is nil"},
-		{"typed nil client", []redis.UniversalClient{(*redis.Client)(nil)}, "client 0 is nil"},
+		{"nil client", []redis.UniversalClient{a, nil}, "client 2 of 2 is nil"},
+		{"typed nil client", []redis.UniversalClient{(*redis.Client)(nil)}, "client 1 of 1 is nil"},
 		{"same client twice", []redis.UniversalClient{a, a}, "same node"},
 		{"same address twice", []redis.UniversalClient{a, b}, "same node"},
 	} {
@@ -158,17 +158,17 @@ func TestDial_BadInput(t *testing.T) {
 		secret string // must not appear in the error
 	}{
 		{"no urls", nil, "no nodes", ""},
-		{"wrong scheme", []string{"http://x"}, "node 0", ""},
-		{"bad port", []string{"redis://127.0.0.1:7001", "redis://:bad port"}, "node 1", ""},
-		{"empty url", []string{""}, "node 0", ""},
-		{"bad port with password", []string{"redis://user:s3cretPw@host:notaport"}, "node 0", "s3cretPw"},
-		{"password only, bad port", []string{"redis://:s3cretPw@host:x"}, "node 0", "s3cretPw"},
-		{"bad scheme with password", []string{"http://user:s3cretPw@host"}, "node 0", "s3cretPw"},
-		{"bad db with password", []string{"redis://user:s3cretPw@host:6379/notadb"}, "node 0", "s3cretPw"},
-		{"escaped password", []string{"redis://user:s3cret%2FPw@host:x"}, "node 0", "s3cret"},
-		{"@ in password", []string{"redis://user:s3c@retPw@host:x"}, "node 0", "retPw"},
+		{"wrong scheme", []string{"http://x"}, "node 1 of 1", ""},
+		{"bad port", []string{"redis://127.0.0.1:7001", "redis://:bad port"}, "node 2 of 2", ""},
+		{"empty url", []string{""}, "node 1 of 1", ""},
+		{"bad port with password", []string{"redis://user:s3cretPw@host:notaport"}, "node 1 of 1", "s3cretPw"},
+		{"password only, bad port", []string{"redis://:s3cretPw@host:x"}, "node 1 of 1", "s3cretPw"},
+		{"bad scheme with password", []string{"http://user:s3cretPw@host"}, "node 1 of 1", "s3cretPw"},
+		{"bad db with password", []string{"redis://user:s3cretPw@host:6379/notadb"}, "node 1 of 1", "s3cretPw"},
+		{"escaped password", []string{"redis://user:s3cret%2FPw@host:x"}, "node 1 of 1", "s3cret"},
+		{"@ in password", []string{"redis://user:s3c@retPw@host:x"}, "node 1 of 1", "retPw"},
 		{"duplicate address", []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7001"}, "same node", ""},
-		{"duplicate address, db spelled out", []string{"redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002", "redis://127.0.0.1:7001"}, "node 2", ""},
+		{"duplicate address, db spelled out", []string{"redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002", "redis://127.0.0.1:7001"}, "node 3 of 3", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := requireNoClient(t, tc.msg, func() (*redlock.Client, error) { return redlock.Dial(tc.urls) })

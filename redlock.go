@@ -314,7 +314,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 	nodes := make([]*node, 0, len(clients))
 	for i, rc := range clients {
 		if isNil(rc) {
-			return nil, fmt.Errorf("%w: client %d is nil", ErrInvalidArgument, i)
+			return nil, fmt.Errorf("%w: client %d of %d is nil", ErrInvalidArgument, i+1, len(clients))
 		}
 		nd := &node{Idx: i, Name: clientName(rc, i), Client: rc}
 		nd.LimitBacklog(rc)
@@ -350,20 +350,21 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 
 // ParseNodes splits a comma-separated node list, such as a --nodes flag or
 // an environment variable, into Dial's URLs: each entry is trimmed, and
-// "host:port" becomes "redis://host:port". A list of blanks is no node
-// (nil, nil). An empty entry ("a,,b", or a comma at either end) gives
-// ErrInvalidArgument rather than a node silently left out of the quorum; the
-// error names the entry by its index, never the list, which may hold
-// passwords. The URLs themselves are checked by Dial.
+// "host:port" becomes "redis://host:port". An empty list (or one of blanks)
+// gives ErrInvalidArgument, as Dial does for no URLs: an unset variable must
+// not look like a list. So does an empty entry ("a,,b", or a comma at either
+// end), rather than a node silently left out of the quorum; the error names
+// the entry by its place ("node 2 of 3", counted from 1), never the list,
+// which may hold passwords. The URLs themselves are checked by Dial.
 func ParseNodes(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, nil
+		return nil, fmt.Errorf("%w: no nodes (the list is empty)", ErrInvalidArgument)
 	}
 	parts := strings.Split(s, ",")
 	urls := make([]string, len(parts))
 	for i, n := range parts {
 		if n = strings.TrimSpace(n); n == "" {
-			return nil, fmt.Errorf("%w: node %d of %d is empty (two commas in a row, or a comma at an end)", ErrInvalidArgument, i, len(parts))
+			return nil, fmt.Errorf("%w: %s is empty (two commas in a row, or a comma at an end)", ErrInvalidArgument, nodeOf(i, len(parts)))
 		}
 		urls[i] = nodeURL(n)
 	}
@@ -387,7 +388,7 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 		u = nodeURL(u)
 		o, err := parseNodeURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("%w: node %d: %v", ErrInvalidArgument, i, redactErr(err, u))
+			return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, nodeOf(i, len(urls)), redactErr(err, u))
 		}
 		tuneOptions(o)
 		parsed[i] = o
@@ -468,7 +469,7 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	seen := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if j, dup := seen[n.Name]; dup {
-			return nil, fmt.Errorf("%w: node %d (%s) is the same node as node %d", ErrInvalidArgument, i, n.Name, j)
+			return nil, fmt.Errorf("%w: %s (%s) is the same node as node %d", ErrInvalidArgument, nodeOf(i, len(nodes)), n.Name, j+1)
 		}
 		seen[n.Name] = i
 	}

@@ -319,6 +319,9 @@ func nodesFlag(flagValue string) ([]string, error) {
 	if flagValue == "" {
 		flagValue, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
+	if strings.TrimSpace(flagValue) == "" {
+		return nil, nil // the caller says how to give them
+	}
 	nodes, err := redlock.ParseNodes(flagValue)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -88,7 +89,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *nodes == "" {
 		*nodes, source = os.Getenv(nodesEnv), "$"+nodesEnv
 	}
-	urls, err := redlock.ParseNodes(*nodes)
+	var urls []string
+	var err error
+	if strings.TrimSpace(*nodes) != "" {
+		urls, err = redlock.ParseNodes(*nodes)
+	}
 	switch {
 	case err != nil:
 		return bad("%s: %v", source, err)
