@@ -180,12 +180,17 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer client.Close()
 	defer conns.close()
+	// One line per node that is down or quarantined once elected, and
+	// whenever a node's health changes.
+	nodeHealth := &healthReporter{health: client.Health, conns: conns, w: stderr, cmd: "elect"}
+	defer nodeHealth.watch()()
 
 	for {
 		l, stop, code := campaignForElect(ctx, client, f, ef, sigs, stderr)
 		if l == nil {
 			return code
 		}
+		nodeHealth.check()
 		if f.verbose {
 			fmt.Fprintf(stderr, "redlock elect: elected leader of %q as %q, term %d\n", f.name, f.identity, l.Term())
 		}

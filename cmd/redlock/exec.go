@@ -362,6 +362,7 @@ func openNodes(ctx context.Context, name string, urls []string, timeout time.Dur
 		}
 		return nil, nil, exitSoftware
 	}
+	conns.health = client.Health
 	return client, conns, 0
 }
 
@@ -394,6 +395,10 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		f.key = lock.Key() // the holder record sits beside the permit's key
 	}
 	f.warnNodes(stderr, conns, lock.Nodes())
+	// Then one line per node whose health changes while the job runs.
+	nodeHealth := &healthReporter{health: client.Health, conns: conns, w: stderr, cmd: "exec", quiet: f.noWarnings}
+	nodeHealth.check(conns.failures(lock.Nodes())...)
+	defer nodeHealth.watch()()
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
 	conns.writeHolder(bg, f.key, who, f.ttl)

@@ -353,8 +353,8 @@ func TestStatus(t *testing.T) {
 	assert.Contains(t, out, "no epoch", "acquired without the amnesia guard")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 5)
-	assert.Regexp(t, `^NODE\s+HELD\s+OWNER\s+TTL\s+FENCE\s+QUARANTINE\s+ERROR$`, lines[1])
-	assert.Regexp(t, `^127\.0\.0\.1:\d+/0\s+yes\s+\S{6}…\s+(59\.\d+|1m0)s?\s+\d+\s`, lines[2])
+	assert.Regexp(t, `^NODE\s+HEALTH\s+HELD\s+OWNER\s+TTL\s+FENCE\s+QUARANTINE\s+ERROR$`, lines[1])
+	assert.Regexp(t, `^127\.0\.0\.1:\d+/0\s+up\s+yes\s+\S{6}…\s+(59\.\d+|1m0)s?\s+\d+\s`, lines[2])
 
 	guarded, err := redlock.Dial(urls) // the guard is on by default
 	require.NoError(t, err)
@@ -378,6 +378,7 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 0, code, "a quorum answered")
 	assert.Contains(t, out, "1 of 3 nodes did not answer")
 	assert.Contains(t, out, "connection refused")
+	assert.Regexp(t, servers[2].Addr()+`/0\s+down since \d\d:\d\d:\d\d\s`, out, "the node's health")
 
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, servers[1].Kill())

@@ -29,6 +29,9 @@ type nodeConns struct {
 	// contact is, by node, the error of the first contact (checkDistinct),
 	// nil where the node answered.
 	contact []error
+	// health is the library Client's health view (nil: none), for what a
+	// node that did not answer a vote in time said last.
+	health func() []redlock.NodeHealth
 }
 
 // dialNodes connects to the nodes of urls (already accepted by redlock.Dial)
@@ -134,6 +137,9 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later
 		line := fmt.Sprintf("  %s: %s", r.Node, r.Outcome)
 		if r.Outcome == redlock.OutcomePending {
 			line += ": no answer yet when the others had decided the vote"
+			if down := n.lastDown(i, r.Node); down != "" {
+				line += "; " + down
+			}
 		}
 		if r.Err != nil {
 			line += ": " + n.redact(nodeError(r.Err))
@@ -302,4 +308,17 @@ func (n *nodeConns) readHolders(ctx context.Context, key string) []*holder {
 		return nil
 	})
 	return out
+}
+
+// lastDown says, for node i (named node), "down since 15:04:05: ERROR" when
+// the Client's health view has it down, "" otherwise.
+func (n *nodeConns) lastDown(i int, node string) string {
+	if n.health == nil {
+		return ""
+	}
+	h := n.health()
+	if i >= len(h) || h[i].Node != node || h[i].State != redlock.HealthDown || h[i].LastError == nil {
+		return ""
+	}
+	return healthText(h[i]) + ": " + n.redact(nodeError(h[i].LastError))
 }

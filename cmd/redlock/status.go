@@ -126,12 +126,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			states[i].Err = errors.New(conns.redact(nodeError(states[i].Err)))
 		}
 	}
+	health := client.Health() // what Inspect's calls saw of each node
 	sum := summarize(states, client.Quorum())
 	sum.holder = pickHolder(conns.readHolders(ctx, *key), sum.owner)
 	if *asJSON {
-		writeStatusJSON(stdout, *key, client.Quorum(), sum, states, *quarantine)
+		writeStatusJSON(stdout, *key, client.Quorum(), sum, states, health, *quarantine)
 	} else {
-		writeStatusTable(stdout, *key, client.Quorum(), sum, states, *quarantine)
+		writeStatusTable(stdout, *key, client.Quorum(), sum, states, health, *quarantine)
 	}
 	if sum.answered < client.Quorum() {
 		return exitUnavailable
@@ -242,23 +243,24 @@ func fmtTTL(st redlock.NodeState) string {
 	return st.TTL.Round(time.Millisecond).String()
 }
 
-func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
+func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, health []redlock.NodeHealth, quarantine time.Duration) {
 	fmt.Fprintf(w, "key %q: %s\n", key, sum.String(len(states), quorum))
 	if sum.holder != nil {
 		fmt.Fprintf(w, "holder: %v (%v ago)\n", sum.holder, time.Since(sum.holder.Since).Round(time.Second))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tTTL\tFENCE\tQUARANTINE\tERROR")
-	for _, st := range states {
+	fmt.Fprintln(tw, "NODE\tHEALTH\tHELD\tOWNER\tTTL\tFENCE\tQUARANTINE\tERROR")
+	for i, st := range states {
+		h := nodeHealthText(health, i)
 		if st.Err != nil {
-			fmt.Fprintf(tw, "%s\t?\t-\t-\t-\t%s\t%v\n", st.Node, guardState(st, quarantine), st.Err)
+			fmt.Fprintf(tw, "%s\t%s\t?\t-\t-\t-\t%s\t%v\n", st.Node, h, guardState(st, quarantine), st.Err)
 			continue
 		}
 		held := "no"
 		if st.Held {
 			held = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, guardState(st, quarantine))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, h, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, guardState(st, quarantine))
 	}
 	_ = tw.Flush()
 }
@@ -284,12 +286,13 @@ type nodeStatusJSON struct {
 	Fence      *uint64 `json:"fence"`
 	Quarantine string  `json:"quarantine"`
 	Error      string  `json:"error,omitempty"`
+	Health     string  `json:"health"` // the Client's health view: up, down since ..., quarantined until ...
 }
 
-func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, quarantine time.Duration) {
+func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, health []redlock.NodeHealth, quarantine time.Duration) {
 	out := statusJSON{Key: key, Quorum: quorum, Held: sum.held(len(states), quorum), Summary: sum.String(len(states), quorum), Holder: sum.holder}
-	for _, st := range states {
-		n := nodeStatusJSON{Node: st.Node, State: "unknown", Quarantine: guardState(st, quarantine)}
+	for i, st := range states {
+		n := nodeStatusJSON{Node: st.Node, State: "unknown", Quarantine: guardState(st, quarantine), Health: nodeHealthText(health, i)}
 		if st.Err != nil {
 			n.Error, n.Quarantine = st.Err.Error(), "unknown"
 			out.Nodes = append(out.Nodes, n)
@@ -311,4 +314,13 @@ func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, sta
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(out)
+}
+
+// nodeHealthText is node i's health in health (healthText), "unknown" when
+// it is not there.
+func nodeHealthText(health []redlock.NodeHealth, i int) string {
+	if i >= len(health) {
+		return redlock.HealthUnknown.String()
+	}
+	return healthText(health[i])
 }
