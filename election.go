@@ -430,9 +430,10 @@ const leadRetryPause = 250 * time.Millisecond
 //
 // A panic in fn resigns, then propagates. When Lead returns, no goroutine of
 // it is left. It returns Campaign's argument errors (and ErrInvalidArgument
-// for a nil fn) before contacting a node, and ErrClosed once the Client is
-// closed. opts are Campaign's; when its retry policy gives up, Lead campaigns
-// again after 250 ms.
+// for a nil fn) before contacting a node, ErrClosed once the Client is
+// closed, and Campaign's error when it matches ErrMisconfigured (no campaign
+// can win until the nodes are fixed). opts are Campaign's; when its retry
+// policy gives up otherwise, Lead campaigns again after 250 ms.
 func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Duration, fn func(ctx context.Context, l *Leadership) error, opts ...DoOption) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
@@ -450,7 +451,7 @@ func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Durat
 				_ = l.Resign(context.WithoutCancel(ctx))
 			}
 			return context.Cause(ctx)
-		case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrClosed), errors.Is(err, ErrMisconfigured):
 			return err
 		case err != nil:
 			sleepCtx(ctx, leadRetryPause)

@@ -336,3 +336,27 @@ func TestLeader_RefusesOptionsItIgnores(t *testing.T) {
 		}
 	})
 }
+
+// A cluster whose nodes refuse the scripts for good (a password they
+// require) makes Lead return at once, naming the node, rather than
+// campaign until ctx ends; Leader says the same.
+func TestLead_MisconfiguredNodesReturnAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		for _, n := range c.nodes {
+			n.Fail("NOAUTH Authentication required.")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		err := c.rl.Lead(ctx, "e", "a", electTTL, func(context.Context, *redlock.Leadership) error { return nil })
+		require.ErrorIs(t, err, redlock.ErrMisconfigured)
+		assert.Contains(t, err.Error(), "requires a password")
+		assert.Less(t, time.Since(start), time.Second, "one campaign, not retried")
+
+		_, err = c.rl.Leader(ctx, "e")
+		require.ErrorIs(t, err, redlock.ErrNoQuorum)
+		require.ErrorIs(t, err, redlock.ErrMisconfigured)
+		assert.Contains(t, err.Error(), "node "+c.rl.Nodes()[0]+" requires a password")
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -47,4 +48,18 @@ func TestHealth_NoAllocationWhenUnchanged(t *testing.T) {
 // option that sets it and ignore it.
 func TestSameSettings_CoversEveryField(t *testing.T) {
 	assert.Equal(t, 13, reflect.TypeOf(config{}).NumField(), "config changed: update sameSettings and probeConfig")
+}
+
+// READONLY fails at once on a node the Client talks to directly, and is
+// retried on a Sentinel failover client, which switches to the new master
+// by itself.
+func TestUnfixableOn_ReadOnlyOnFailoverClient(t *testing.T) {
+	readonly := redisErr("READONLY You can't write against a read only replica.")
+	direct := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer direct.Close()
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	defer failover.Close()
+	assert.NotNil(t, unfixableOn(&node{Client: direct}, readonly))
+	assert.Nil(t, unfixableOn(&node{Client: failover}, readonly))
+	assert.Nil(t, unfixableOn(&node{Client: direct}, redisErr("LOADING Redis is loading")))
 }
