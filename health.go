@@ -164,15 +164,22 @@ func (h *healthView) up(i int, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	was := HealthState(n.state.Load())
-	switch {
-	case was == HealthQuarantined && now.Before(n.quarantine):
+	if was == HealthQuarantined && now.Before(n.quarantine) {
 		return
-	case was == HealthDown:
+	}
+	if was == HealthDown {
 		h.logger.Info("redlock: node answers again", "node", h.names[i], "down_for", now.Sub(n.downSince))
-	case was == HealthQuarantined:
+		n.downSince = time.Time{}
+	}
+	if now.Before(n.quarantine) { // set while the node was down
+		n.state.Store(int32(HealthQuarantined))
+		h.logger.Warn("redlock: node quarantined", "node", h.names[i], "until", n.quarantine)
+		return
+	}
+	if was == HealthQuarantined {
 		h.logger.Info("redlock: node's quarantine ended", "node", h.names[i])
 	}
-	n.downSince, n.quarantine = time.Time{}, time.Time{}
+	n.quarantine = time.Time{}
 	n.state.Store(int32(HealthUp))
 }
 

@@ -63,3 +63,20 @@ func TestUnfixableOn_ReadOnlyOnFailoverClient(t *testing.T) {
 	assert.Nil(t, unfixableOn(&node{Client: failover}, readonly))
 	assert.Nil(t, unfixableOn(&node{Client: direct}, redisErr("LOADING Redis is loading")))
 }
+
+// A quarantine set while the node is down shows once it answers again.
+func TestHealth_QuarantineSetWhileDown(t *testing.T) {
+	c := &Client{nodes: []*node{{Name: "a"}}}
+	c.health.init(c.nodes, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	c.health.record(ctx, 0, redisErr("LOADING Redis is loading the dataset in memory"))
+	assert.Equal(t, HealthDown, c.Health()[0].State)
+	until := time.Now().Add(time.Hour)
+	c.health.setQuarantine(0, until)
+	assert.Equal(t, HealthDown, c.Health()[0].State, "down until it answers")
+	c.health.record(ctx, 0, nil)
+	h := c.Health()[0]
+	assert.Equal(t, HealthQuarantined, h.State)
+	assert.Equal(t, until, h.QuarantinedUntil)
+	assert.True(t, h.DownSince.IsZero())
+}
