@@ -303,7 +303,9 @@ func TestAcquire_StopsOnErrorsNoRetryFixes(t *testing.T) {
 				require.ErrorIs(t, err, redlock.ErrNotAcquired)
 				qe := quorumError(t, err)
 				assert.Equal(t, 1, qe.Attempts, "retrying cannot help")
-				assert.ErrorContains(t, err, "2 of 3 nodes answer with an error that retrying cannot fix (not retried): "+reply)
+				assert.ErrorContains(t, err, "2 of 3 nodes answer with an error that retrying cannot fix (not retried): node "+c.rl.Nodes()[0]+" ")
+				assert.ErrorContains(t, err, "(it answered: "+reply+")")
+				assert.ErrorIs(t, err, redlock.ErrMisconfigured)
 				var re redis.Error
 				require.ErrorAs(t, err, &re)
 				assert.Equal(t, reply, re.Error())
@@ -337,28 +339,19 @@ func TestAcquire_StopsOnErrorsNoRetryFixes(t *testing.T) {
 	})
 }
 
-// READONLY is what a master that a failover has just demoted answers until
-// the node's client (a Sentinel failover client, which New accepts) has
-// switched to the new master; go-redis retries it too. Acquire retries
-// through it as through LOADING: here two of three nodes answer READONLY
-// for half a second.
-func TestAcquire_RetriesThroughAFailoversReadOnly(t *testing.T) {
+// READONLY from a node the Client talks to directly (a *redis.Client, as
+// Dial makes) means it is a replica: Acquire fails at once, saying so, and
+// does not retry. (On a Sentinel failover client, which switches to the new
+// master by itself, READONLY is retried: TestUnfixableOn_ReadOnlyOnFailoverClient.)
+func TestAcquire_ReadOnlyReplicaFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
 		c := newCluster(t, 3)
 		const readOnly = "READONLY You can't write against a read only replica."
 		c.nodes[0].Fail(readOnly)
 		c.nodes[1].Fail(readOnly)
-		go func() {
-			time.Sleep(500 * time.Millisecond) // the failover ends
-			c.nodes[0].Fail("")
-			c.nodes[1].Fail("")
-		}()
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := c.rl.Acquire(ctx, "report", 10*time.Second)
-		require.NoError(t, err, "a failover's READONLY must be retried")
-		assert.Greater(t, l.Attempts(), 1)
-		require.NoError(t, l.Release(ctx))
+		_, err := c.rl.Acquire(context.Background(), "report", 10*time.Second) // no deadline
+		require.ErrorIs(t, err, redlock.ErrMisconfigured)
+		assert.Equal(t, 1, quorumError(t, err).Attempts)
+		assert.ErrorContains(t, err, "node "+c.rl.Nodes()[0]+" is a read-only replica")
 	})
 }

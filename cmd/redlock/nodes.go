@@ -137,7 +137,8 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later
 		line := fmt.Sprintf("  %s: %s", r.Node, r.Outcome)
 		if r.Outcome == redlock.OutcomePending {
 			line += ": no answer yet when the others had decided the vote"
-			if down := n.lastDown(i, r.Node); down != "" {
+			asked := i < len(later) && later[i] != ""
+			if down := n.lastDown(i, r.Node); down != "" && !asked { // else its fresher answer follows
 				line += "; " + down
 			}
 		}

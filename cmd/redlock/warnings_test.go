@@ -173,12 +173,12 @@ func TestUsage_EmptyNodeEntry(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"empty entry", []string{"exec", "--nodes", "127.0.0.1:1,,127.0.0.1:2", "--key", "k", "--", "true"}, "--nodes: redlock: invalid argument: node 1 of 3 is empty"},
-		{"trailing comma", []string{"exec", "--nodes", "redis://:hunter2@127.0.0.1:1,127.0.0.1:2,", "--key", "k", "--", "true"}, "--nodes: redlock: invalid argument: node 2 of 3 is empty"},
-		{"status empty entry", []string{"status", "--nodes", ",127.0.0.1:1", "--key", "k"}, "--nodes: redlock: invalid argument: node 0 of 2 is empty"},
+		{"empty entry", []string{"exec", "--nodes", "127.0.0.1:1,,127.0.0.1:2", "--key", "k", "--", "true"}, "--nodes: redlock: invalid argument: node 2 of 3 is empty"},
+		{"trailing comma", []string{"exec", "--nodes", "redis://:hunter2@127.0.0.1:1,127.0.0.1:2,", "--key", "k", "--", "true"}, "--nodes: redlock: invalid argument: node 3 of 3 is empty"},
+		{"status empty entry", []string{"status", "--nodes", ",127.0.0.1:1", "--key", "k"}, "--nodes: redlock: invalid argument: node 1 of 2 is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantUsageError(t, tc.want, tc.args...) })
 	}
 	t.Setenv("REDLOCK_NODES", "127.0.0.1:1,,127.0.0.1:2")
-	wantUsageError(t, "$REDLOCK_NODES: redlock: invalid argument: node 1 of 3 is empty", "exec", "--key", "k", "--", "true")
+	wantUsageError(t, "$REDLOCK_NODES: redlock: invalid argument: node 2 of 3 is empty", "exec", "--key", "k", "--", "true")
 }
