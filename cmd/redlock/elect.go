@@ -62,9 +62,10 @@ Exit status:
   COMMAND and campaigns again.
 
 Example:
-  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  export REDLOCK_NODES=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
   # on every replica:
-  redlock elect --name scheduler --ttl 10s -- /usr/local/bin/scheduler --term-from-env
+  redlock elect --name scheduler --ttl 10s -- \
+    /usr/local/bin/scheduler --term-from-env
 
 Flags:
 `

@@ -45,8 +45,9 @@ must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
 after --grace or when the lock's validity runs out, whichever comes first:
-another host may take the lock then. The lock is released when COMMAND exits, or with --min-hold
-once that time has passed since it was taken. While it holds the lock,
+another host may take the lock then. The lock is released when COMMAND
+exits, or with --min-hold once that time has passed since it was taken.
+While it holds the lock,
 redlock keeps a record of the holder (host name, process id, since when)
 beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
 tag}), for 'redlock status' to show.
@@ -66,7 +67,8 @@ lock is released. If redlock itself dies, even by SIGKILL, the group is
 killed at once, and what COMMAND leaves running in its group is killed when
 COMMAND exits. A process that leaves the group (setsid(1), a daemon that
 detaches) is out of reach and runs on without the lock: keep the work in
-COMMAND's group. COMMAND should not read from the terminal. Its stdin, stdout and stderr are redlock's.
+COMMAND's group. COMMAND should not read from the terminal. Its stdin,
+stdout and stderr are redlock's.
 
 Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
@@ -121,12 +123,15 @@ Exit status:
   COMMAND's own 75 or 79 from busy or lost.
 
 Example:
-  export REDLOCK_NODES=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379,redis://:secret@10.0.0.3:6379
-  redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
+  nodes=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379
+  export REDLOCK_NODES=$nodes,redis://:secret@10.0.0.3:6379
+  redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- \
+    /usr/local/bin/build-report --all
 
   # crontab, the same on every host: one run per night, silent on the others
-  # (a full path: cron's PATH is /usr/bin:/bin)
-  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
+  # (a full path: cron's PATH is /usr/bin:/bin); one line, split here:
+  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s
+    --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
 
 Flags:
 `
@@ -162,7 +167,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
 	durationVar(fs, &f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until the kill guard before its validity ends (see above)")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")

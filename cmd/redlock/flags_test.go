@@ -1,9 +1,12 @@
 package main
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Flag errors say what is wrong: a duration without its unit (flag's own
@@ -44,4 +47,25 @@ func TestHelp_DurationFlags(t *testing.T) {
 	_, out, _ := runCLI(t, "exec", "--help")
 	assert.Contains(t, out, "  -ttl duration\n")
 	assert.Contains(t, out, "(default 30s)")
+}
+
+// Every line of each subcommand's help, the flag list included, fits in 80
+// columns: flag.PrintDefaults never wraps a flag's usage.
+func TestHelp_FitsIn80Columns(t *testing.T) {
+	for _, sub := range []string{"exec", "status", "elect"} {
+		code, out, _ := runCLI(t, sub, "--help")
+		require.Equal(t, 0, code, sub)
+		require.Contains(t, out, "\nFlags:\n", sub)
+		for i, l := range strings.Split(out, "\n") {
+			assert.LessOrEqual(t, utf8.RuneCountInString(l), 80, "redlock %s --help, line %d: %q", sub, i+1, l)
+			assert.NotContains(t, l, "\t", "redlock %s --help, line %d: a tab's width depends on the terminal", sub, i+1)
+		}
+	}
+	// The wrapped flag list still names each flag with its type and default.
+	_, out, _ := runCLI(t, "exec", "--help")
+	assert.Contains(t, out, "  -quarantine duration\n")
+	assert.Contains(t, out, "(default 1m0s)")
+	assert.Contains(t, out, "(default 75)")
+	_, out, _ = runCLI(t, "elect", "--help")
+	assert.Contains(t, out, `(default "REDLOCK_TERM")`)
 }

@@ -54,8 +54,8 @@ Exit status: 0 when a quorum of the nodes answered, 69 when fewer did, 64 on
 bad usage (including one server named twice), 70 on an internal error.
 
 Example:
-  REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 \
-    redlock status --key nightly-report
+  export REDLOCK_NODES=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
+  redlock status --key nightly-report
 
 Flags:
 `
