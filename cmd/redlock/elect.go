@@ -45,8 +45,8 @@ COMMAND runs in a process group of its own under the same watchdog as
 'redlock exec': if redlock itself dies, even by SIGKILL, the group is killed
 at once, and what COMMAND leaves in its group is killed when it exits. Nodes
 are given as for 'redlock exec' (--nodes or $REDLOCK_NODES). 'redlock status
---key "{NAME}:leader"' shows the election on every node: the owner value
-starts with the leader's identity.
+--key "{NAME}:leader"' shows the election on every node, with the leader's
+identity (--json: "identity").
 
 Exit status:
   COMMAND's status  COMMAND exited on its own, or after a forwarded signal
