@@ -175,7 +175,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		level = slog.LevelDebug
 	}
 	opts := append([]redlock.Option{redlock.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))}, ef.lockOptions()...)
-	client, conns, code := openNodes(ctx, "elect", f.nodes, f.nodeTimeout, stderr, opts...)
+	client, conns, code := openNodes(ctx, "elect", f.nodes, nodeTimeout(f.nodeTimeout, f.ttl), stderr, opts...)
 	if client == nil {
 		return code
 	}
@@ -185,7 +185,19 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for {
 		l, stop, code := campaignForElect(ctx, client, f, ef, sigs, stderr)
 		if l == nil {
+			if dup := conns.contact.waitAll(); dup != nil && code == exitSoftware {
+				fmt.Fprintf(stderr, "redlock elect: %v\n", dup)
+				return exitUsage
+			}
 			return code
+		}
+		// The votes that elected this replica must come from distinct
+		// servers (the first contact ran beside the campaign).
+		if dup := conns.contact.wait(conns.granted(l.Lease().Lock().Nodes())); dup != nil {
+			_ = l.Resign(context.WithoutCancel(ctx))
+			stop()
+			fmt.Fprintf(stderr, "redlock elect: %v\n", dup)
+			return exitUsage
 		}
 		if f.verbose {
 			fmt.Fprintf(stderr, "redlock elect: elected leader of %q as %q, term %d\n", f.name, f.identity, l.Term())

@@ -128,6 +128,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer client.Close()
 	defer conns.close()
+	if err := conns.contact.waitAll(); err != nil {
+		fmt.Fprintf(stderr, "redlock status: %v\n", err)
+		return exitUsage
+	}
 
 	states, err := client.Inspect(ctx, *key)
 	if err != nil {
