@@ -29,8 +29,9 @@ a deposed leader's late writes are refused (docs/election.md). The
 leadership is extended in the background (every --extend-every).
 
 If the leadership is lost (an extension fails, or its validity runs out
-first), COMMAND is sent SIGTERM, then SIGKILL after --grace or when the
-leadership's validity runs out, whichever comes first; redlock then
+first), COMMAND is sent SIGTERM, then SIGKILL after --grace or the kill
+guard (as for 'redlock exec') before the leadership's validity runs out,
+whichever comes first; redlock then
 campaigns again and, once elected again, starts COMMAND again with the new
 term. Losing leadership never ends redlock elect.
 
@@ -94,7 +95,7 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 	fs.StringVar(&f.identity, "identity", defaultIdentity(), "this replica's identity, shown as the leader's")
 	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "leadership TTL: how long a crashed leader keeps the others waiting")
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while leading (default ttl/3)")
-	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the leadership's validity runs out")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the kill guard before the leadership's validity ends")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	fs.StringVar(&f.termEnv, "term-env", "REDLOCK_TERM", "put the leadership's term in COMMAND's environment under this name")

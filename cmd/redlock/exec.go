@@ -45,13 +45,15 @@ a distributed flock(1), e.g. for a cron job installed on several hosts that
 must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
-after --grace or when the lock's validity runs out, whichever comes first:
-another host may take the lock then. The lock is released when COMMAND
+after --grace or the kill guard before the lock's validity runs out,
+whichever comes first: another host may take the lock then. The kill guard
+is the larger of 100ms and 2% of --ttl; COMMAND also gets SIGKILL that long
+before the validity ends while an extension has not succeeded yet, and a
+--ttl too short for it is refused. The lock is released when COMMAND
 exits, or with --min-hold once that time has passed since it was taken.
-While it holds the lock,
-redlock keeps a record of the holder (host name, process id, since when)
-beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
-tag}), for 'redlock status' to show.
+While it holds the lock, redlock keeps a record of the holder (host name,
+process id, since when) beside it on the nodes, as {KEY}:holder (KEY:holder
+if KEY has a {hash tag}), for 'redlock status' to show.
 
 With --permits N (N ≥ 2), KEY names a counting semaphore instead (as
 'consul lock -n'): at most N hosts run COMMAND at once, each holding one of
@@ -257,7 +259,26 @@ func (f execFlags) checkTTL() error {
 			return fmt.Errorf("%s %v: %w", c.flag, c.value, err)
 		}
 	}
-	return nil
+	return f.checkKillGuard()
+}
+
+// checkKillGuard checks that the kill guard (execjob.KillGuard: COMMAND
+// gets SIGKILL that long before the lock's validity ends unless an
+// extension has succeeded) leaves room for an extension that starts on
+// schedule and takes the whole per-node timeout.
+func (f execFlags) checkKillGuard() error {
+	every := f.extendEvery
+	if every == 0 {
+		every = f.ttl / 3
+	}
+	timeout, guard := nodeTimeout(f.nodeTimeout, f.ttl), execjob.KillGuard(f.ttl)
+	validity := f.ttl - redlock.Drift(f.ttl, redlock.DefaultDriftFactor)
+	if every+timeout+guard < validity {
+		return nil
+	}
+	return fmt.Errorf("--ttl %v is too short for the kill guard: COMMAND gets SIGKILL %v before the lock's validity (%v) ends unless an extension has succeeded, "+
+		"and an extension started after %v (--extend-every) may take %v (--node-timeout): give a longer --ttl, or a shorter --extend-every or --node-timeout",
+		f.ttl, guard, validity, every, timeout)
 }
 
 // asDoOptions returns opts as options of a call that both acquires and

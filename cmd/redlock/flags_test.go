@@ -26,6 +26,12 @@ func TestUsage_SaysWhatIsWrong(t *testing.T) {
 		{"status timeout without unit", []string{"status", "--nodes", "127.0.0.1:1", "--key", "k", "--timeout", "2"}, `for flag -timeout: missing unit: write 2s`, "parse error"},
 		{"negative grace", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--grace", "-1s", "--", "true"}, "--grace -1s must not be negative", "--wait"},
 		{"negative node-timeout", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--node-timeout", "-5ms", "--", "true"}, "--node-timeout -5ms must not be negative", "--grace"},
+		// An extension at 100ms that takes its whole 100ms timeout ends
+		// 5ms before the kill guard would kill COMMAND (295ms − 100ms).
+		{"ttl too short for the kill guard", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "300ms", "--", "true"},
+			"--ttl 300ms is too short for the kill guard: COMMAND gets SIGKILL 100ms before the lock's validity (295ms) ends", "panic"},
+		{"elect ttl too short for the kill guard", []string{"elect", "--nodes", "127.0.0.1:1", "--name", "n", "--ttl", "1s", "--extend-every", "800ms", "--", "true"},
+			"--ttl 1s is too short for the kill guard", "panic"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantUsageError(t, tc.want, tc.args...)
