@@ -150,6 +150,12 @@ func TestModules_InstallWithGoGet(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(root), "module "+rootPath+"\n")
 	version := rootVersion(t, repo)
+	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	require.NoError(t, err)
+	for _, m := range userModules {
+		path := strings.TrimSuffix(rootPath+"/"+m.dir, "/")
+		require.Contains(t, string(readme), "go get "+path+"@", "README's Install section gives the go get line")
+	}
 
 	tmp := t.TempDir()
 	proxy := filepath.Join(tmp, "proxy")
