@@ -186,7 +186,11 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for {
 		l, stop, code := campaignForElect(ctx, client, f, ef, sigs, stderr)
 		if l == nil {
-			if dup := conns.contact.waitAll(); dup != nil && code == exitSoftware {
+			if code != exitSoftware {
+				return code
+			}
+			// No job waits: a server named twice is bad usage.
+			if dup := conns.contact.waitAll(); dup != nil {
 				fmt.Fprintf(stderr, "redlock elect: %v\n", dup)
 				return exitUsage
 			}

@@ -365,8 +365,8 @@ func nodeTimeout(flagValue, ttl time.Duration) time.Duration {
 }
 
 // openNodes dials the nodes through the library and through the CLI's own
-// connections, each request of the latter within timeout, and starts the
-// first contact (nodeConns.startContact), whose answers the caller waits
+// connections, each request of the latter within timeout, refuses two URLs
+// of one address (nodeConns.sameAddress), and starts the first contact (nodeConns.startContact), whose answers the caller waits
 // for when it needs them. On failure it prints why and returns the exit
 // status.
 func openNodes(ctx context.Context, name string, urls []string, timeout time.Duration, stderr io.Writer, opts ...redlock.Option) (*redlock.Client, *nodeConns, int) {
@@ -377,9 +377,17 @@ func openNodes(ctx context.Context, name string, urls []string, timeout time.Dur
 		return nil, nil, exitUsage
 	}
 	conns, err := dialNodes(urls, timeout)
+	if err == nil {
+		if err = conns.sameAddress(); err != nil {
+			conns.close()
+		}
+	}
 	if err != nil {
 		_ = client.Close()
 		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
+		if errors.Is(err, errSameServer) {
+			return nil, nil, exitUsage
+		}
 		return nil, nil, exitSoftware
 	}
 	conns.startContact(context.WithoutCancel(ctx))

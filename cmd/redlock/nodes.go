@@ -80,6 +80,31 @@ func (n *nodeConns) each(ctx context.Context, fn func(ctx context.Context, i int
 // errSameServer reports two node URLs that name one Redis server.
 var errSameServer = errors.New("the same Redis server")
 
+// sameAddress returns an error wrapping errSameServer if two nodes name one
+// address, with another database number or with "localhost" for
+// 127.0.0.1: one server, found without asking it. Other spellings of one
+// server (two names of one host) are found by their run_id (firstContact).
+func (n *nodeConns) sameAddress() error {
+	seen := map[string]int{}
+	for i, name := range n.names {
+		addr, _, _ := strings.Cut(name, "/")
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		if host = strings.ToLower(host); host == "localhost" {
+			host = "127.0.0.1"
+		}
+		key := net.JoinHostPort(host, port)
+		if j, dup := seen[key]; dup {
+			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (the same address); a quorum needs independent servers",
+				j, n.names[j], i, n.names[i], errSameServer)
+		}
+		seen[key] = i
+	}
+	return nil
+}
+
 // firstContact asks every node for its run_id (INFO server) at once, each
 // within the per-node timeout, so that one server named twice (say as
 // 127.0.0.1:6379 and localhost:6379, or with two database numbers), which

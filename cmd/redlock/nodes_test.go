@@ -116,10 +116,25 @@ func TestExec_SameServerTwice(t *testing.T) {
 		code = runStatus(context.Background(), []string{"--nodes", nodes, "--key", "k"}, &stdout, &stderr)
 		assert.Equal(t, exitUsage, code, stderr.String())
 		assert.Contains(t, stderr.String(), "same Redis server")
+
+		// elect campaigns beside the first contact; the server's two
+		// votes elect it, and it resigns before COMMAND starts.
+		stderr.Reset()
+		code = runElect(context.Background(), []string{"--nodes", nodes, "--name", "twice", "--", "sh", "-c", "echo ran"}, &stdout, &stderr)
+		assert.Equal(t, exitUsage, code, stderr.String())
+		assert.Contains(t, stderr.String(), "are the same Redis server")
+		assert.NotContains(t, stdout.String(), "ran")
 	}
+	// Another address of one server (0.0.0.0 reaches the loopback server)
+	// is found by its run_id: status waits for every node's.
+	var out, errOut bytes.Buffer
+	code := runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("127.0.0.1:%d,0.0.0.0:%d,127.0.0.1:%d", p0, p0, p1), "--key", "k"}, &out, &errOut)
+	assert.Equal(t, exitUsage, code, errOut.String())
+	assert.Contains(t, errOut.String(), "are the same Redis server (run_id ")
+
 	// Distinct servers, one spelled host:port and one as a URL, are fine.
 	var stdout, stderr bytes.Buffer
-	code := runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("localhost:%d,redis://127.0.0.1:%d", p0, p1), "--key", "k"}, &stdout, &stderr)
+	code = runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("localhost:%d,redis://127.0.0.1:%d", p0, p1), "--key", "k"}, &stdout, &stderr)
 	assert.Equal(t, 0, code, stderr.String())
 }
 
