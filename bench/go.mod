@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/d3b93e30/redlock v0.0.0
+	github.com/d3b93e30/redlock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 )
@@ -19,4 +19,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace github.com/d3b93e30/redlock => ../

@@ -25,7 +25,7 @@ raw="results/run-$stamp.txt"
 md="results/run-$stamp.md"
 
 # What was measured: the library is the working tree of the parent module
-# (replace => ../). Read-only git queries only.
+# (go.work at the repository root). Read-only git queries only.
 lib="unknown"
 if git -C .. rev-parse --git-dir >/dev/null 2>&1; then
   head="$(git -C .. rev-parse --short HEAD)"

@@ -2,10 +2,8 @@ module github.com/d3b93e30/redlock/etcdcompare
 
 go 1.26.0
 
-replace github.com/d3b93e30/redlock => ../
-
 require (
-	github.com/d3b93e30/redlock v0.0.0
+	github.com/d3b93e30/redlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3

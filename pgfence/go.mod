@@ -2,10 +2,8 @@ module github.com/d3b93e30/redlock/pgfence
 
 go 1.26.0
 
-replace github.com/d3b93e30/redlock => ../
-
 require (
-	github.com/d3b93e30/redlock v0.0.0
+	github.com/d3b93e30/redlock v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1

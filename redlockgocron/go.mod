@@ -2,11 +2,9 @@ module github.com/d3b93e30/redlock/redlockgocron
 
 go 1.26.0
 
-replace github.com/d3b93e30/redlock => ../
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/d3b93e30/redlock v0.0.0
+	github.com/d3b93e30/redlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -156,3 +156,14 @@ func TestChaos_ParallelAndDocFlags(t *testing.T) {
 		assert.NotEmpty(t, errOut)
 	}
 }
+
+// The page's opening says how many scenarios a run without --scenario runs:
+// the catalogue's size, as `redlock chaos --list` shows it.
+func TestSafetyDoc_ScenarioCount(t *testing.T) {
+	b, err := os.ReadFile(safetyDoc)
+	require.NoError(t, err)
+	m := regexp.MustCompile("`go run ./cmd/redlock chaos` runs (\\d+) failure scenarios").FindSubmatch(b)
+	require.NotNil(t, m, "the opening names the number of scenarios")
+	assert.Equal(t, fmt.Sprint(len(chaos.Catalogue())), string(m[1]),
+		"docs/safety.md's opening: the number of scenarios a run without --scenario runs (redlock chaos --list)")
+}

@@ -29,8 +29,9 @@ a deposed leader's late writes are refused (docs/election.md). The
 leadership is extended in the background (every --extend-every).
 
 If the leadership is lost (an extension fails, or its validity runs out
-first), COMMAND is sent SIGTERM, then SIGKILL after --grace or when the
-leadership's validity runs out, whichever comes first; redlock then
+first), COMMAND is sent SIGTERM, then SIGKILL after --grace or the kill
+guard (as for 'redlock exec') before the leadership's validity runs out,
+whichever comes first; redlock then
 campaigns again and, once elected again, starts COMMAND again with the new
 term. Losing leadership never ends redlock elect.
 
@@ -45,8 +46,8 @@ COMMAND runs in a process group of its own under the same watchdog as
 'redlock exec': if redlock itself dies, even by SIGKILL, the group is killed
 at once, and what COMMAND leaves in its group is killed when it exits. Nodes
 are given as for 'redlock exec' (--nodes or $REDLOCK_NODES). 'redlock status
---key "{NAME}:leader"' shows the election on every node: the owner value
-starts with the leader's identity.
+--key "{NAME}:leader"' shows the election on every node, with the leader's
+identity (--json: "identity").
 
 Exit status:
   COMMAND's status  COMMAND exited on its own, or after a forwarded signal
@@ -62,9 +63,10 @@ Exit status:
   COMMAND and campaigns again.
 
 Example:
-  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  export REDLOCK_NODES=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
   # on every replica:
-  redlock elect --name scheduler --ttl 10s -- /usr/local/bin/scheduler --term-from-env
+  redlock elect --name scheduler --ttl 10s -- \
+    /usr/local/bin/scheduler --term-from-env
 
 Flags:
 `
@@ -93,7 +95,7 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 	fs.StringVar(&f.identity, "identity", defaultIdentity(), "this replica's identity, shown as the leader's")
 	durationVar(fs, &f.ttl, "ttl", 15*time.Second, "leadership TTL: how long a crashed leader keeps the others waiting")
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while leading (default ttl/3)")
-	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the leadership's validity runs out")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the kill guard before the leadership's validity ends")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	fs.StringVar(&f.termEnv, "term-env", "REDLOCK_TERM", "put the leadership's term in COMMAND's environment under this name")
@@ -174,7 +176,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		level = slog.LevelDebug
 	}
 	opts := append([]redlock.Option{redlock.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))}, ef.lockOptions()...)
-	client, conns, code := openNodes(ctx, "elect", f.nodes, f.nodeTimeout, stderr, opts...)
+	client, conns, code := openNodes(ctx, "elect", f.nodes, nodeTimeout(f.nodeTimeout, f.ttl), stderr, opts...)
 	if client == nil {
 		return code
 	}
@@ -188,7 +190,23 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for {
 		l, stop, code := campaignForElect(ctx, client, f, ef, sigs, stderr)
 		if l == nil {
+			if code != exitSoftware {
+				return code
+			}
+			// No job waits: a server named twice is bad usage.
+			if dup := conns.contact.waitAll(); dup != nil {
+				fmt.Fprintf(stderr, "redlock elect: %v\n", dup)
+				return exitUsage
+			}
 			return code
+		}
+		// The votes that elected this replica must come from distinct
+		// servers (the first contact ran beside the campaign).
+		if dup := conns.contact.wait(conns.granted(l.Lease().Lock().Nodes())); dup != nil {
+			_ = l.Resign(context.WithoutCancel(ctx))
+			stop()
+			fmt.Fprintf(stderr, "redlock elect: %v\n", dup)
+			return exitUsage
 		}
 		nodeHealth.check()
 		if f.verbose {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,12 +45,15 @@ a distributed flock(1), e.g. for a cron job installed on several hosts that
 must run on one host at a time. While COMMAND runs the lock is extended in
 the background (every --extend-every). If the lock is lost (an extension
 fails, or its validity runs out first), COMMAND is sent SIGTERM, then SIGKILL
-after --grace or when the lock's validity runs out, whichever comes first:
-another host may take the lock then. The lock is released when COMMAND exits, or with --min-hold
-once that time has passed since it was taken. While it holds the lock,
-redlock keeps a record of the holder (host name, process id, since when)
-beside it on the nodes, as {KEY}:holder (KEY:holder if KEY has a {hash
-tag}), for 'redlock status' to show.
+after --grace or the kill guard before the lock's validity runs out,
+whichever comes first: another host may take the lock then. The kill guard
+is the larger of 100ms and 2% of --ttl; COMMAND also gets SIGKILL that long
+before the validity ends while an extension has not succeeded yet, and a
+--ttl too short for it is refused. The lock is released when COMMAND
+exits, or with --min-hold once that time has passed since it was taken.
+While it holds the lock, redlock keeps a record of the holder (host name,
+process id, since when) beside it on the nodes, as {KEY}:holder (KEY:holder
+if KEY has a {hash tag}), for 'redlock status' to show.
 
 With --permits N (N ≥ 2), KEY names a counting semaphore instead (as
 'consul lock -n'): at most N hosts run COMMAND at once, each holding one of
@@ -66,7 +70,8 @@ lock is released. If redlock itself dies, even by SIGKILL, the group is
 killed at once, and what COMMAND leaves running in its group is killed when
 COMMAND exits. A process that leaves the group (setsid(1), a daemon that
 detaches) is out of reach and runs on without the lock: keep the work in
-COMMAND's group. COMMAND should not read from the terminal. Its stdin, stdout and stderr are redlock's.
+COMMAND's group. COMMAND should not read from the terminal. Its stdin,
+stdout and stderr are redlock's.
 
 Nodes are redis:// or rediss:// URLs (redis://user:password@host:port/db), or
 host:port, separated by commas, from --nodes or else $REDLOCK_NODES (keep
@@ -121,12 +126,15 @@ Exit status:
   COMMAND's own 75 or 79 from busy or lost.
 
 Example:
-  export REDLOCK_NODES=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379,redis://:secret@10.0.0.3:6379
-  redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- /usr/local/bin/build-report --all
+  nodes=redis://:secret@10.0.0.1:6379,redis://:secret@10.0.0.2:6379
+  export REDLOCK_NODES=$nodes,redis://:secret@10.0.0.3:6379
+  redlock exec --key nightly-report --ttl 30s --fence-env REPORT_FENCE -- \
+    /usr/local/bin/build-report --all
 
   # crontab, the same on every host: one run per night, silent on the others
-  # (a full path: cron's PATH is /usr/bin:/bin)
-  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
+  # (a full path: cron's PATH is /usr/bin:/bin); one line, split here:
+  0 2 * * * /usr/local/bin/redlock exec --key nightly-report --ttl 30s
+    --min-hold 5m --busy-exit 0 -- /usr/local/bin/build-report --all
 
 Flags:
 `
@@ -162,7 +170,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL: how long the lock outlives a crashed holder")
 	durationVar(fs, &f.wait, "wait", 0, "how long to wait for a busy lock (0: give up at once, like flock -n)")
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
-	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until its validity runs out")
+	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until the kill guard before its validity ends (see above)")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
@@ -251,7 +259,26 @@ func (f execFlags) checkTTL() error {
 			return fmt.Errorf("%s %v: %w", c.flag, c.value, err)
 		}
 	}
-	return nil
+	return f.checkKillGuard()
+}
+
+// checkKillGuard checks that the kill guard (execjob.KillGuard: COMMAND
+// gets SIGKILL that long before the lock's validity ends unless an
+// extension has succeeded) leaves room for an extension that starts on
+// schedule and takes the whole per-node timeout.
+func (f execFlags) checkKillGuard() error {
+	every := f.extendEvery
+	if every == 0 {
+		every = f.ttl / 3
+	}
+	timeout, guard := nodeTimeout(f.nodeTimeout, f.ttl), execjob.KillGuard(f.ttl)
+	validity := f.ttl - redlock.Drift(f.ttl, redlock.DefaultDriftFactor)
+	if every+timeout+guard < validity {
+		return nil
+	}
+	return fmt.Errorf("--ttl %v is too short for the kill guard: COMMAND gets SIGKILL %v before the lock's validity (%v) ends unless an extension has succeeded, "+
+		"and an extension started after %v (--extend-every) may take %v (--node-timeout): give a longer --ttl, or a shorter --extend-every or --node-timeout",
+		f.ttl, guard, validity, every, timeout)
 }
 
 // asDoOptions returns opts as options of a call that both acquires and
@@ -329,14 +356,22 @@ func nodesFlag(flagValue string) ([]string, error) {
 	return nodes, nil
 }
 
-// contactTimeout is the per-node timeout of the CLI's own requests (INFO
-// server at first contact, the holder record) when --node-timeout is not
-// given.
-const contactTimeout = time.Second
+// nodeTimeout is the per-node timeout of every request, the library's and
+// the CLI's own (INFO server at first contact, the holder record):
+// --node-timeout, else the library's default for the TTL, 1% of it within
+// [100 ms, 1 s] (redlock.WithNodeTimeout).
+func nodeTimeout(flagValue, ttl time.Duration) time.Duration {
+	if flagValue > 0 {
+		return flagValue
+	}
+	return min(max(ttl/100, 100*time.Millisecond), time.Second)
+}
 
 // openNodes dials the nodes through the library and through the CLI's own
-// connections, and checks at first contact that no two URLs name one server.
-// On failure it prints why and returns the exit status.
+// connections, each request of the latter within timeout, refuses two URLs
+// of one address (nodeConns.sameAddress), and starts the first contact (nodeConns.startContact), whose answers the caller waits
+// for when it needs them. On failure it prints why and returns the exit
+// status.
 func openNodes(ctx context.Context, name string, urls []string, timeout time.Duration, stderr io.Writer, opts ...redlock.Option) (*redlock.Client, *nodeConns, int) {
 	quietRedis()
 	client, err := redlock.Dial(urls, opts...)
@@ -344,13 +379,9 @@ func openNodes(ctx context.Context, name string, urls []string, timeout time.Dur
 		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
 		return nil, nil, exitUsage
 	}
-	if timeout <= 0 {
-		timeout = contactTimeout
-	}
 	conns, err := dialNodes(urls, timeout)
 	if err == nil {
-		err = conns.checkDistinct(ctx)
-		if err != nil {
+		if err = conns.sameAddress(); err != nil {
 			conns.close()
 		}
 	}
@@ -363,7 +394,31 @@ func openNodes(ctx context.Context, name string, urls []string, timeout time.Dur
 		return nil, nil, exitSoftware
 	}
 	conns.health = client.Health
+	conns.startContact(context.WithoutCancel(ctx))
 	return client, conns, 0
+}
+
+// syncWriter serializes the writes of the goroutines that print exec's
+// notices (the job's own output does not go through it when stderr is a
+// file).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// jobOutput is where the job writes: w itself when it is a file (the job
+// then writes to the same file descriptor, as with a shell), else msgs.
+func jobOutput(w io.Writer, msgs io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return msgs
 }
 
 // runExec implements `redlock exec`: it returns the process exit status.
@@ -378,9 +433,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
+	jobStderr := stderr
+	msgs := &syncWriter{w: stderr}
+	stderr = msgs
 	f.warnFewNodes(stderr)
 	extended := make(chan struct{}, 1)
-	client, conns, code := openNodes(ctx, "exec", f.nodes, f.nodeTimeout, stderr, f.clientOptions(stderr, extended)...)
+	client, conns, code := openNodes(ctx, "exec", f.nodes, nodeTimeout(f.nodeTimeout, f.ttl), stderr, f.clientOptions(stderr, extended)...)
 	if client == nil {
 		return code
 	}
@@ -394,24 +452,39 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.permits > 1 {
 		f.key = lock.Key() // the holder record sits beside the permit's key
 	}
-	f.warnNodes(stderr, conns, lock.Nodes())
+	// The CLI's own bookkeeping never delays COMMAND: the holder record is
+	// written, and the nodes the vote did not wait for are reported, beside
+	// it.
+	var beside sync.WaitGroup
+	defer beside.Wait() // before conns.close
+	later := f.warnNodes(stderr, conns, lock.Nodes())
+	beside.Go(func() { f.warnLate(stderr, conns, later) })
 	// Then one line per node whose health changes while the job runs.
 	nodeHealth := &healthReporter{health: client.Health, conns: conns, w: stderr, cmd: "exec", quiet: f.noWarnings}
-	nodeHealth.check(conns.failures(lock.Nodes())...)
+	warned, _ := conns.failures(lock.Nodes())
+	nodeHealth.check(warned...)
 	defer nodeHealth.watch()()
 	bg := context.WithoutCancel(ctx)
 	who := newHolder(lock)
-	conns.writeHolder(bg, f.key, who, f.ttl)
+	written := make(chan struct{})
+	beside.Go(func() {
+		defer close(written)
+		conns.writeHolder(bg, f.key, who, f.ttl)
+	})
+	deleteHolder := func() {
+		<-written // else the write could land after the delete
+		conns.deleteHolder(bg, f.key, who)
+	}
 	lease, stopKeeping, err := keepHeld(bg, lock, conns, f, who, extended)
 	if err != nil {
 		_ = lock.Release(bg)
-		conns.deleteHolder(bg, f.key, who)
+		deleteHolder()
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
 		return exitSoftware
 	}
 	defer stopKeeping()
 
-	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, stderr)
+	code, held := runCommand(ctx, f, lease, conns, sigs, stdout, jobOutput(jobStderr, msgs), stderr)
 	if held && !holdFor(ctx, f, lock.AcquiredAt(), code, lease, sigs, stderr) {
 		return code // the keys, and the holder record, expire at their TTL
 	}
@@ -419,7 +492,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// COMMAND's work is done; the keys that remain expire at the TTL.
 		fmt.Fprintf(stderr, "redlock exec: warning: release: %v\n", err)
 	}
-	conns.deleteHolder(bg, f.key, who)
+	deleteHolder()
 	return code
 }
 
@@ -532,7 +605,22 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 		return nil, 128 + signalNumber(sig)
 	}
 	if err != nil {
+		// No job waits: the whole first contact is heard, so that a
+		// server named twice is bad usage rather than a busy lock.
+		if dup := conns.contact.waitAll(); dup != nil {
+			fmt.Fprintf(stderr, "redlock exec: %v\n", dup)
+			return nil, exitUsage
+		}
 		return nil, notAcquired(ctx, conns, f, err, stderr)
+	}
+	// The votes the lock counted must come from distinct servers: those
+	// nodes' first contact is awaited (they have answered the lock
+	// already, so theirs has come or comes within one per-node timeout),
+	// and no other node's.
+	if dup := conns.contact.wait(conns.granted(lock.Nodes())); dup != nil {
+		_ = lock.Release(context.WithoutCancel(ctx))
+		fmt.Fprintf(stderr, "redlock exec: %v\n", dup)
+		return nil, exitUsage
 	}
 	return lock, 0
 }
@@ -652,30 +740,50 @@ func (f execFlags) warnFewNodes(stderr io.Writer) {
 // warnNodes prints, unless --no-warnings, one warning line per node that
 // failed in the acquisition whose outcomes are nodes (nodeConns.failures):
 // the lock was taken, or found busy, without it, and one node less can
-// stop the next run.
-func (f execFlags) warnNodes(stderr io.Writer, conns *nodeConns, nodes []redlock.NodeResult) {
+// stop the next run. It returns the nodes whose first contact has not
+// ended yet, for warnLate.
+func (f execFlags) warnNodes(stderr io.Writer, conns *nodeConns, nodes []redlock.NodeResult) (later []int) {
+	lines, later := conns.failures(nodes)
 	if f.noWarnings {
-		return
+		return later
 	}
-	for _, line := range conns.failures(nodes) {
+	for _, line := range lines {
 		fmt.Fprintf(stderr, "redlock exec: warning: %s\n", line)
+	}
+	return later
+}
+
+// warnLate waits for the rest of the first contact (at most one per-node
+// timeout from its start) while COMMAND runs, and prints a warning for
+// each node of later that failed it (unless --no-warnings) and for two
+// nodes that turn out to be one server (always: the next acquisition
+// could count that server twice).
+func (f execFlags) warnLate(stderr io.Writer, conns *nodeConns, later []int) {
+	lines := conns.lateFailures(later)
+	if !f.noWarnings {
+		for _, line := range lines {
+			fmt.Fprintf(stderr, "redlock exec: warning: %s\n", line)
+		}
+	}
+	if err := conns.contact.waitAll(); err != nil {
+		fmt.Fprintf(stderr, "redlock exec: warning: %v: fix the node list\n", err)
 	}
 }
 
 // forwardedSignals are the signals redlock exec passes on to COMMAND.
 var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM}
 
-// runCommand starts COMMAND under its watchdog and supervises it
-// (execjob.Supervise): it forwards signals to it, stops it if the lease ends
+// runCommand starts COMMAND under its watchdog, its stderr on jobStderr,
+// and supervises it (execjob.Supervise): it forwards signals to it, stops it if the lease ends
 // (the lock is lost) or --grace after a forwarded signal, and returns the
 // exit status. held reports whether COMMAND ran and exited on its own with
 // the lock held throughout, so that --min-hold applies.
-func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *nodeConns, sigs <-chan os.Signal, stdout, stderr io.Writer) (code int, held bool) {
+func runCommand(ctx context.Context, f execFlags, lease *redlock.Lease, conns *nodeConns, sigs <-chan os.Signal, stdout, jobStderr, stderr io.Writer) (code int, held bool) {
 	env := os.Environ()
 	if f.fenceEnv != "" {
 		env = append(env, f.fenceEnv+"="+strconv.FormatUint(lease.Lock().Token(), 10))
 	}
-	j, err := startJob(f.command, env, stdout, stderr)
+	j, err := startJob(f.command, env, stdout, jobStderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: cannot start the job watchdog: %v\n", err)
 		return exitSoftware, false

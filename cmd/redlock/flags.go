@@ -55,23 +55,43 @@ func durationError(s string, err error) error {
 	return fmt.Errorf("%s: write a number and a unit, e.g. 30s, 500ms or 1m30s", msg)
 }
 
-// printDefaults prints fs's flags as flag.PrintDefaults does, with
-// "duration" for the value of a durationFlag (PrintDefaults says "value"
-// for a flag.Value it does not know).
+// printDefaults prints fs's flags in flag.PrintDefaults' layout ("  -name
+// type", then the usage and the default on lines indented by 8 spaces),
+// with "duration" for the value of a durationFlag, and the usage wrapped at
+// termWidth columns (PrintDefaults never wraps, and indents with a tab).
 func printDefaults(fs *flag.FlagSet) {
 	var b strings.Builder
-	out := fs.Output()
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	fs.SetOutput(out)
-	text := b.String()
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(durationFlag); !ok {
-			return
+		typ, usage := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(durationFlag); ok {
+			typ = "duration"
 		}
-		for _, end := range []string{"\n", "\t"} { // "\t" after a one-letter name
-			text = strings.Replace(text, "  -"+f.Name+" value"+end, "  -"+f.Name+" duration"+end, 1)
+		b.WriteString("  -" + f.Name)
+		if typ != "" {
+			b.WriteString(" " + typ)
+		}
+		b.WriteString("\n")
+		if def := defaultText(f); def != "" {
+			usage += " (default " + def + ")"
+		}
+		for _, line := range wrap(usage, "        ", "        ", termWidth) {
+			b.WriteString(line + "\n")
 		}
 	})
-	fmt.Fprint(out, text)
+	fmt.Fprint(fs.Output(), b.String())
+}
+
+// defaultText is a flag's default as PrintDefaults shows it ("" for a zero
+// value, quoted for a string).
+func defaultText(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "false", "0s":
+		return ""
+	}
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, isString := g.Get().(string); isString {
+			return fmt.Sprintf("%q", f.DefValue)
+		}
+	}
+	return f.DefValue
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Flag errors say what is wrong: a duration without its unit (flag's own
@@ -23,6 +26,12 @@ func TestUsage_SaysWhatIsWrong(t *testing.T) {
 		{"status timeout without unit", []string{"status", "--nodes", "127.0.0.1:1", "--key", "k", "--timeout", "2"}, `for flag -timeout: missing unit: write 2s`, "parse error"},
 		{"negative grace", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--grace", "-1s", "--", "true"}, "--grace -1s must not be negative", "--wait"},
 		{"negative node-timeout", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--node-timeout", "-5ms", "--", "true"}, "--node-timeout -5ms must not be negative", "--grace"},
+		// An extension at 100ms that takes its whole 100ms timeout ends
+		// 5ms before the kill guard would kill COMMAND (295ms − 100ms).
+		{"ttl too short for the kill guard", []string{"exec", "--nodes", "127.0.0.1:1", "--key", "k", "--ttl", "300ms", "--", "true"},
+			"--ttl 300ms is too short for the kill guard: COMMAND gets SIGKILL 100ms before the lock's validity (295ms) ends", "panic"},
+		{"elect ttl too short for the kill guard", []string{"elect", "--nodes", "127.0.0.1:1", "--name", "n", "--ttl", "1s", "--extend-every", "800ms", "--", "true"},
+			"--ttl 1s is too short for the kill guard", "panic"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantUsageError(t, tc.want, tc.args...)
@@ -44,4 +53,25 @@ func TestHelp_DurationFlags(t *testing.T) {
 	_, out, _ := runCLI(t, "exec", "--help")
 	assert.Contains(t, out, "  -ttl duration\n")
 	assert.Contains(t, out, "(default 30s)")
+}
+
+// Every line of each subcommand's help, the flag list included, fits in 80
+// columns: flag.PrintDefaults never wraps a flag's usage.
+func TestHelp_FitsIn80Columns(t *testing.T) {
+	for _, sub := range []string{"exec", "status", "elect"} {
+		code, out, _ := runCLI(t, sub, "--help")
+		require.Equal(t, 0, code, sub)
+		require.Contains(t, out, "\nFlags:\n", sub)
+		for i, l := range strings.Split(out, "\n") {
+			assert.LessOrEqual(t, utf8.RuneCountInString(l), 80, "redlock %s --help, line %d: %q", sub, i+1, l)
+			assert.NotContains(t, l, "\t", "redlock %s --help, line %d: a tab's width depends on the terminal", sub, i+1)
+		}
+	}
+	// The wrapped flag list still names each flag with its type and default.
+	_, out, _ := runCLI(t, "exec", "--help")
+	assert.Contains(t, out, "  -quarantine duration\n")
+	assert.Contains(t, out, "(default 1m0s)")
+	assert.Contains(t, out, "(default 75)")
+	_, out, _ = runCLI(t, "elect", "--help")
+	assert.Contains(t, out, `(default "REDLOCK_TERM")`)
 }

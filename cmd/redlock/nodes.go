@@ -26,9 +26,9 @@ type nodeConns struct {
 	clients   []*redis.Client
 	passwords []string // to keep them out of every message
 	timeout   time.Duration
-	// contact is, by node, the error of the first contact (checkDistinct),
-	// nil where the node answered.
-	contact []error
+	// contact is the first contact with every node (startContact), nil
+	// before it started.
+	contact *firstContact
 	// health is the library Client's health view (nil: none), for what a
 	// node that did not answer a vote in time said last.
 	health func() []redlock.NodeHealth
@@ -53,7 +53,12 @@ func dialNodes(urls []string, timeout time.Duration) (*nodeConns, error) {
 	return n, nil
 }
 
+// close closes the connections, once the first contact has ended (within
+// one per-node timeout of its start).
 func (n *nodeConns) close() {
+	if n.contact != nil {
+		n.contact.waitAll()
+	}
 	for _, c := range n.clients {
 		_ = c.Close()
 	}
@@ -78,32 +83,131 @@ func (n *nodeConns) each(ctx context.Context, fn func(ctx context.Context, i int
 // errSameServer reports two node URLs that name one Redis server.
 var errSameServer = errors.New("the same Redis server")
 
-// checkDistinct asks every node for its run_id (INFO server) and returns an
-// error wrapping errSameServer if two nodes answered with the same one: one
-// server named twice, say as 127.0.0.1:6379 and localhost:6379, or with two
-// database numbers, would hold two votes of the quorum. Nodes that do not
-// answer now cannot be checked; they do not make it fail.
-func (n *nodeConns) checkDistinct(ctx context.Context) error {
-	ids := make([]string, len(n.clients))
-	n.contact = n.each(ctx, func(ctx context.Context, i int, c *redis.Client) error {
-		info, err := c.Info(ctx, "server").Result()
-		if err == nil {
-			ids[i] = infoField(info, "run_id")
-		}
-		return err
-	})
+// sameAddress returns an error wrapping errSameServer if two nodes name one
+// address, with another database number or with "localhost" for
+// 127.0.0.1: one server, found without asking it. Other spellings of one
+// server (two names of one host) are found by their run_id (firstContact).
+func (n *nodeConns) sameAddress() error {
 	seen := map[string]int{}
-	for i, id := range ids {
-		if id == "" {
+	for i, name := range n.names {
+		addr, _, _ := strings.Cut(name, "/")
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
 			continue
 		}
+		if host = strings.ToLower(host); host == "localhost" {
+			host = "127.0.0.1"
+		}
+		key := net.JoinHostPort(host, port)
+		if j, dup := seen[key]; dup {
+			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (the same address); a quorum needs independent servers",
+				j, n.names[j], i, n.names[i], errSameServer)
+		}
+		seen[key] = i
+	}
+	return nil
+}
+
+// firstContact asks every node for its run_id (INFO server) at once, each
+// within the per-node timeout, so that one server named twice (say as
+// 127.0.0.1:6379 and localhost:6379, or with two database numbers), which
+// would hold two votes of the quorum, is found. It runs beside the lock's
+// first attempt: a node that does not answer (a paused or slow one) delays
+// nothing once the nodes the lock needs have answered (wait).
+type firstContact struct {
+	names []string
+	done  []chan struct{} // closed once node i answered or failed
+	ids   []string        // run_id, written before done[i] is closed
+	errs  []error         // the error, written before done[i] is closed
+}
+
+// startContact starts the first contact with every node; ctx bounds it
+// beside the per-node timeout.
+func (n *nodeConns) startContact(ctx context.Context) *firstContact {
+	fc := &firstContact{names: n.names, done: make([]chan struct{}, len(n.clients)),
+		ids: make([]string, len(n.clients)), errs: make([]error, len(n.clients))}
+	for i, c := range n.clients {
+		fc.done[i] = make(chan struct{})
+		go func() {
+			defer close(fc.done[i])
+			ctx, cancel := context.WithTimeout(ctx, n.timeout)
+			defer cancel()
+			info, err := c.Info(ctx, "server").Result()
+			if err != nil {
+				fc.errs[i] = err
+				return
+			}
+			fc.ids[i] = infoField(info, "run_id")
+		}()
+	}
+	n.contact = fc
+	return fc
+}
+
+// wait waits until each node of which[i] true has answered or failed (at
+// most one per-node timeout from the start), and returns an error wrapping
+// errSameServer if two nodes that answered, so far, have the same run_id.
+// A node that has not answered yet is not waited for, unless in which.
+func (fc *firstContact) wait(which []bool) error {
+	for i, w := range which {
+		if w && i < len(fc.done) {
+			<-fc.done[i]
+		}
+	}
+	return fc.distinct()
+}
+
+// waitAll waits for every node's answer or failure, and checks as wait.
+func (fc *firstContact) waitAll() error {
+	all := make([]bool, len(fc.done))
+	for i := range all {
+		all[i] = true
+	}
+	return fc.wait(all)
+}
+
+// answered reports whether node i has answered or failed, and its error.
+func (fc *firstContact) answered(i int) (bool, error) {
+	if fc == nil || i >= len(fc.done) {
+		return false, nil
+	}
+	select {
+	case <-fc.done[i]:
+		return true, fc.errs[i]
+	default:
+		return false, nil
+	}
+}
+
+// distinct checks the run_ids of the nodes that have answered so far.
+func (fc *firstContact) distinct() error {
+	seen := map[string]int{}
+	for i := range fc.done {
+		ok, err := fc.answered(i)
+		if !ok || err != nil || fc.ids[i] == "" {
+			continue
+		}
+		id := fc.ids[i]
 		if j, dup := seen[id]; dup {
 			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (run_id %s); a quorum needs independent servers",
-				j, n.names[j], i, n.names[i], errSameServer, id)
+				j, fc.names[j], i, fc.names[i], errSameServer, id)
 		}
 		seen[id] = i
 	}
 	return nil
+}
+
+// granted says, by node, which nodes granted the acquisition whose outcomes
+// are nodes: the votes the lock counts, whose servers must be distinct.
+func (n *nodeConns) granted(nodes []redlock.NodeResult) []bool {
+	out := make([]bool, len(n.names))
+	for i, r := range nodes {
+		// The library reports the nodes in the order they were given.
+		if i < len(out) && r.Node == n.names[i] && r.Outcome == redlock.OutcomeGranted {
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // infoField returns field's value in an INFO reply, "" if absent.
@@ -157,25 +261,47 @@ func (n *nodeConns) describeNodes(w io.Writer, nodes []redlock.NodeResult, later
 // (WRONGPASS, NOAUTH, ...), could not be reached, or did not answer within
 // the per-node timeout, in describeNodes' words ("NODE: OUTCOME: ERROR"),
 // as `redlock status` shows them. A node the vote was decided without
-// (pending) is described by its answer at first contact, moments before,
-// when that was a failure: its answer to the acquisition is not awaited
-// (the job would wait for it), and a node that answered at first contact
-// is not reported.
-func (n *nodeConns) failures(nodes []redlock.NodeResult) []string {
-	var out []string
+// (pending) is described by its answer at first contact, when that was a
+// failure: its answer to the acquisition is not awaited (the job would
+// wait for it), and a node that answered at first contact is not reported.
+// later lists the pending nodes whose first contact has not ended yet:
+// lateFailures describes them once it has.
+func (n *nodeConns) failures(nodes []redlock.NodeResult) (out []string, later []int) {
 	for i, r := range nodes {
 		switch r.Outcome {
 		case redlock.OutcomeError, redlock.OutcomeUnreachable, redlock.OutcomeTimedOut:
 			out = append(out, fmt.Sprintf("node %s: %s: %s", r.Node, r.Outcome, n.redact(nodeError(r.Err))))
 		case redlock.OutcomePending:
 			// The library reports the nodes in the order they were given.
-			if i < len(n.contact) && n.contact[i] != nil && r.Node == n.names[i] {
-				err := n.contact[i]
-				out = append(out, fmt.Sprintf("node %s: %s: %s (at first contact; the lock's vote did not wait for it)", r.Node, contactOutcome(err), n.redact(nodeError(err))))
+			if i >= len(n.names) || r.Node != n.names[i] {
+				continue
+			}
+			switch ended, err := n.contact.answered(i); {
+			case !ended && n.contact != nil:
+				later = append(later, i)
+			case err != nil:
+				out = append(out, n.contactFailure(i, err))
 			}
 		}
 	}
+	return out, later
+}
+
+// lateFailures waits for the first contact with the nodes of later (see
+// failures) and describes those that failed, one line each.
+func (n *nodeConns) lateFailures(later []int) []string {
+	var out []string
+	for _, i := range later {
+		<-n.contact.done[i]
+		if _, err := n.contact.answered(i); err != nil {
+			out = append(out, n.contactFailure(i, err))
+		}
+	}
 	return out
+}
+
+func (n *nodeConns) contactFailure(i int, err error) string {
+	return fmt.Sprintf("node %s: %s: %s (at first contact; the lock's vote did not wait for it)", n.names[i], contactOutcome(err), n.redact(nodeError(err)))
 }
 
 // contactOutcome classifies an error of the first contact with a node as

@@ -116,10 +116,25 @@ func TestExec_SameServerTwice(t *testing.T) {
 		code = runStatus(context.Background(), []string{"--nodes", nodes, "--key", "k"}, &stdout, &stderr)
 		assert.Equal(t, exitUsage, code, stderr.String())
 		assert.Contains(t, stderr.String(), "same Redis server")
+
+		// elect campaigns beside the first contact; the server's two
+		// votes elect it, and it resigns before COMMAND starts.
+		stderr.Reset()
+		code = runElect(context.Background(), []string{"--nodes", nodes, "--name", "twice", "--", "sh", "-c", "echo ran"}, &stdout, &stderr)
+		assert.Equal(t, exitUsage, code, stderr.String())
+		assert.Contains(t, stderr.String(), "are the same Redis server")
+		assert.NotContains(t, stdout.String(), "ran")
 	}
+	// Another address of one server (0.0.0.0 reaches the loopback server)
+	// is found by its run_id: status waits for every node's.
+	var out, errOut bytes.Buffer
+	code := runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("127.0.0.1:%d,0.0.0.0:%d,127.0.0.1:%d", p0, p0, p1), "--key", "k"}, &out, &errOut)
+	assert.Equal(t, exitUsage, code, errOut.String())
+	assert.Contains(t, errOut.String(), "are the same Redis server (run_id ")
+
 	// Distinct servers, one spelled host:port and one as a URL, are fine.
 	var stdout, stderr bytes.Buffer
-	code := runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("localhost:%d,redis://127.0.0.1:%d", p0, p1), "--key", "k"}, &stdout, &stderr)
+	code = runStatus(context.Background(), []string{"--nodes", fmt.Sprintf("localhost:%d,redis://127.0.0.1:%d", p0, p1), "--key", "k"}, &stdout, &stderr)
 	assert.Equal(t, 0, code, stderr.String())
 }
 
@@ -245,4 +260,80 @@ func TestGuardState(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, guardState(tc.st, q), "%+v", tc.st)
 	}
+}
+
+// An election's owner value shows the leader's identity whole (an identity
+// may hold "#" itself) and only the first characters of its secret part;
+// any other owner value only its first characters.
+func TestOwnerText(t *testing.T) {
+	random, err := redlock.RandomOwner()
+	require.NoError(t, err)
+	for _, tc := range []struct{ owner, text, identity string }{
+		{"worker-17.example.com:4242#" + random, "worker-17.example.com:4242#" + random[:6] + "…", "worker-17.example.com:4242"},
+		{"a#b#" + random, "a#b#" + random[:6] + "…", "a#b"},
+		{random, random[:6] + "…", ""},
+		{"secret-value#short", "secret…", ""}, // not an election's: no random part
+		{"#" + random, "#" + random[:5] + "…", ""},
+		{"", "-", ""},
+	} {
+		assert.Equal(t, tc.text, ownerText(tc.owner), tc.owner)
+		assert.Equal(t, tc.identity, ownerIdentity(tc.owner), tc.owner)
+	}
+}
+
+// status on an election's key names the leader by its whole identity, in
+// the table and in --json (which decodes into the documented shape), and
+// never shows the owner value's secret part.
+func TestStatus_ShowsTheLeaderWhole(t *testing.T) {
+	_, nodes := startNodes(t, 3)
+	urls, err := redlock.ParseNodes(nodes)
+	require.NoError(t, err)
+	c, err := redlock.Dial(urls, redlock.WithoutAmnesiaGuard())
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+	const identity = "worker-17.example.com:4242"
+	l, err := c.Campaign(ctx, "scheduler", identity, time.Minute)
+	require.NoError(t, err)
+	defer l.Resign(ctx)
+	key := redlock.ElectionKey("scheduler")
+
+	// The straggler's SET lands in the background: wait for all three.
+	var out string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out, "on 3 of 3 nodes") && time.Now().Before(deadline) {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, runStatus(ctx, []string{"--nodes", nodes, "--key", key}, &stdout, &stderr), stderr.String())
+		out = stdout.String()
+	}
+	assert.Contains(t, out, "held by "+identity+"#", out)
+	assert.Equal(t, 3+1, strings.Count(out, identity+"#"), "the summary and each node's row: %s", out)
+	assert.NotContains(t, out, "worker…")
+
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, runStatus(ctx, []string{"--nodes", nodes, "--key", key, "--json"}, &stdout, &stderr), stderr.String())
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields() // every field is in statusJSON, as documented
+	var js statusJSON
+	require.NoError(t, dec.Decode(&js))
+	assert.Equal(t, key, js.Key)
+	assert.Equal(t, 2, js.Quorum)
+	require.NotNil(t, js.Held)
+	assert.True(t, *js.Held)
+	assert.Equal(t, identity, js.Identity)
+	assert.True(t, strings.HasPrefix(js.Owner, identity+"#"), js.Owner)
+	assert.Nil(t, js.Holder, "Campaign keeps no holder record")
+	require.Len(t, js.Nodes, 3)
+	for _, n := range js.Nodes {
+		assert.Equal(t, "held", n.State)
+		assert.Equal(t, identity, n.Identity)
+		assert.Equal(t, js.Owner, n.Owner)
+		require.NotNil(t, n.TTLMs)
+		assert.Greater(t, *n.TTLMs, int64(0))
+		require.NotNil(t, n.Fence) // a straggler's counter is written back in the background
+		assert.Positive(t, *n.Fence)
+	}
+	lead, err := c.Leader(ctx, "scheduler")
+	require.NoError(t, err)
+	assert.Equal(t, lead.Identity, js.Identity, "status and Client.Leader agree")
 }

@@ -36,9 +36,11 @@ func guardState(st redlock.NodeState, quarantine time.Duration) string {
 const statusHelp = `Usage: redlock status [flags]
 
 Shows the lock KEY on every node: whether the node holds it, by which owner
-(the first characters of the owner value only: the whole value is a secret),
-its remaining TTL on the node, the key's fencing counter (the last fencing
-token handed out), and the node's amnesia-guard state for the key ("no
+(the first characters of the owner value only: the whole value is a secret;
+for an election's key, "{NAME}:leader", the leader's identity whole and the
+first characters of the secret part: "worker-1#Ab3dE9…"), its remaining
+TTL on the node, the key's fencing counter (the last fencing token handed
+out), and the node's amnesia-guard state for the key ("no
 epoch", "trusted", "quarantined, 40s left", computed with --quarantine, or
 "void, 40s left": a failed attempt took back the grant that created the
 epoch, so on the key's first use the node counts as one with no epoch). A
@@ -51,12 +53,28 @@ keeps beside the lock for people to read, never trusted for safety).
 
 Nodes are given as for 'redlock exec': --nodes or $REDLOCK_NODES.
 
+--json prints one JSON object instead of the table (docs/cli.md):
+  key, quorum   the key, and how many nodes make a quorum
+  held          true or false: one owner holds the key on a quorum; null:
+                the nodes that did not answer could change the answer
+  summary       the table's first line
+  owner         the owner holding the key on the most nodes, as the table
+                shows it; identity: the leader's, whole, for an election
+                (each absent when no node holds the key)
+  holder        {"host", "pid", "since" (RFC 3339), "owner"} of a lock
+                taken by 'redlock exec'; null when there is none
+  nodes         one object per node, in --nodes order: "node" (addr/db),
+                "state" ("held", "free" or "unknown"), "held", "owner",
+                "identity", "ttl_ms" (-1: no expiry; absent when free),
+                "fence", "quarantine", "error"; a node that did not answer
+                has state "unknown", null held and fence, and its error
+
 Exit status: 0 when a quorum of the nodes answered, 69 when fewer did, 64 on
 bad usage (including one server named twice), 70 on an internal error.
 
 Example:
-  REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 \
-    redlock status --key nightly-report
+  export REDLOCK_NODES=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
+  redlock status --key nightly-report
 
 Flags:
 `
@@ -114,6 +132,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer client.Close()
 	defer conns.close()
+	if err := conns.contact.waitAll(); err != nil {
+		fmt.Fprintf(stderr, "redlock status: %v\n", err)
+		return exitUsage
+	}
 
 	states, err := client.Inspect(ctx, *key)
 	if err != nil {
@@ -128,7 +150,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	health := client.Health() // what Inspect's calls saw of each node
 	sum := summarize(states, client.Quorum())
-	sum.holder = pickHolder(conns.readHolders(ctx, *key), sum.owner)
+	sum.holder = pickHolder(conns.readHolders(ctx, *key), sum.recordOwner)
 	if *asJSON {
 		writeStatusJSON(stdout, *key, client.Quorum(), sum, states, health, *quarantine)
 	} else {
@@ -141,7 +163,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // pickHolder returns the holder record of the owner that holds the key on
-// the most nodes (owner is its shortened value), nil if there is none.
+// the most nodes (owner is its shortOwner value), nil if there is none.
 func pickHolder(records []*holder, owner string) *holder {
 	for _, h := range records {
 		if h != nil && h.Owner == owner {
@@ -155,9 +177,12 @@ func pickHolder(records []*holder, owner string) *holder {
 type statusSummary struct {
 	answered int    // nodes read
 	holders  int    // nodes holding the key for owner
-	owner    string // the owner holding it on the most nodes (shortened)
+	owner    string // the owner holding it on the most nodes (ownerText)
 	minTTL   time.Duration
 	holder   *holder // owner's holder record, if redlock exec keeps one
+	// recordOwner is owner as a holder record names it (shortOwner), and
+	// identity the leader's identity when owner is an election's.
+	recordOwner, identity string
 }
 
 // held says whether one owner holds the key on a quorum: true, false, or
@@ -213,11 +238,49 @@ func summarize(states []redlock.NodeState, quorum int) statusSummary {
 		}
 	}
 	for owner, k := range count {
-		if k > s.holders || (k == s.holders && shortOwner(owner) < s.owner) {
-			s.holders, s.owner, s.minTTL = k, shortOwner(owner), ttl[owner]
+		if k > s.holders || (k == s.holders && ownerText(owner) < s.owner) {
+			s.holders, s.owner, s.minTTL = k, ownerText(owner), ttl[owner]
+			s.recordOwner, s.identity = shortOwner(owner), ownerIdentity(owner)
 		}
 	}
 	return s
+}
+
+// ownerIdentity returns the leader's identity in an election's owner value
+// ("IDENTITY#RANDOM", RANDOM a redlock.RandomOwner value: 22 base64url
+// characters; the identity may hold "#" itself), and "" for any other owner
+// value.
+func ownerIdentity(owner string) string {
+	i := strings.LastIndex(owner, "#")
+	if i <= 0 || !isRandomOwner(owner[i+1:]) {
+		return ""
+	}
+	return owner[:i]
+}
+
+// isRandomOwner says whether s has the form of a redlock.RandomOwner value:
+// 16 bytes in unpadded base64url.
+func isRandomOwner(s string) bool {
+	if len(s) != 22 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// ownerText is an owner value as status shows it: an election's owner with
+// the leader's identity whole and the first characters of its random part
+// ("worker-1#Ab3dE9…"), any other owner value as shortOwner shows it. Only
+// the random part is a secret.
+func ownerText(owner string) string {
+	if id := ownerIdentity(owner); id != "" {
+		return id + "#" + shortOwner(owner[len(id)+1:])
+	}
+	return shortOwner(owner)
 }
 
 // shortOwner shows the first 6 characters of an owner value: enough to tell
@@ -260,19 +323,25 @@ func writeStatusTable(w io.Writer, key string, quorum int, sum statusSummary, st
 		if st.Held {
 			held = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, h, held, shortOwner(st.Owner), fmtTTL(st), st.Fence, guardState(st, quarantine))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t-\n", st.Node, h, held, ownerText(st.Owner), fmtTTL(st), st.Fence, guardState(st, quarantine))
 	}
 	_ = tw.Flush()
 }
 
-// statusJSON is the --json output.
+// statusJSON is the --json output, one JSON object (its shape is in
+// statusHelp; docs/cli.md has an example).
 type statusJSON struct {
-	Key     string           `json:"key"`
-	Quorum  int              `json:"quorum"`
-	Held    *bool            `json:"held"` // one owner holds the key on a quorum; null: unknown
-	Summary string           `json:"summary"`
-	Holder  *holder          `json:"holder"` // null: none recorded
-	Nodes   []nodeStatusJSON `json:"nodes"`
+	Key     string `json:"key"`
+	Quorum  int    `json:"quorum"`
+	Held    *bool  `json:"held"` // one owner holds the key on a quorum; null: unknown
+	Summary string `json:"summary"`
+	// Owner is the owner holding the key on the most nodes, as the table
+	// shows it (ownerText); absent when no node holds it. Identity is the
+	// leader's identity, whole, when the key is an election's.
+	Owner    string           `json:"owner,omitempty"`
+	Identity string           `json:"identity,omitempty"`
+	Holder   *holder          `json:"holder"` // null: none recorded
+	Nodes    []nodeStatusJSON `json:"nodes"`
 }
 
 // nodeStatusJSON is one node in --json. A node that did not answer has
@@ -281,8 +350,9 @@ type nodeStatusJSON struct {
 	Node       string  `json:"node"`
 	State      string  `json:"state"` // "held", "free" or "unknown"
 	Held       *bool   `json:"held"`
-	Owner      string  `json:"owner,omitempty"`  // shortened
-	TTLMs      *int64  `json:"ttl_ms,omitempty"` // absent when not held; -1: no expiry
+	Owner      string  `json:"owner,omitempty"`    // ownerText
+	Identity   string  `json:"identity,omitempty"` // an election's leader, whole
+	TTLMs      *int64  `json:"ttl_ms,omitempty"`   // absent when not held; -1: no expiry
 	Fence      *uint64 `json:"fence"`
 	Quarantine string  `json:"quarantine"`
 	Error      string  `json:"error,omitempty"`
@@ -290,7 +360,8 @@ type nodeStatusJSON struct {
 }
 
 func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, states []redlock.NodeState, health []redlock.NodeHealth, quarantine time.Duration) {
-	out := statusJSON{Key: key, Quorum: quorum, Held: sum.held(len(states), quorum), Summary: sum.String(len(states), quorum), Holder: sum.holder}
+	out := statusJSON{Key: key, Quorum: quorum, Held: sum.held(len(states), quorum), Summary: sum.String(len(states), quorum),
+		Owner: sum.owner, Identity: sum.identity, Holder: sum.holder}
 	for i, st := range states {
 		n := nodeStatusJSON{Node: st.Node, State: "unknown", Quarantine: guardState(st, quarantine), Health: nodeHealthText(health, i)}
 		if st.Err != nil {
@@ -302,7 +373,7 @@ func writeStatusJSON(w io.Writer, key string, quorum int, sum statusSummary, sta
 		n.Held, n.Fence, n.State = &held, &fence, "free"
 		if st.Held {
 			n.State = "held"
-			n.Owner = shortOwner(st.Owner)
+			n.Owner, n.Identity = ownerText(st.Owner), ownerIdentity(st.Owner)
 			ms := st.TTL.Milliseconds()
 			if st.TTL < 0 {
 				ms = -1

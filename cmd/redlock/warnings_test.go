@@ -103,28 +103,72 @@ type replyError string
 func (e replyError) Error() string { return string(e) }
 func (replyError) RedisError()     {}
 
+// endedContact is a first contact that has ended on every node: with
+// errs[i] on node i, or with run_id ids[i] (nil ids: distinct ones).
+func endedContact(names []string, errs []error, ids []string) *firstContact {
+	fc := &firstContact{names: names, errs: errs, ids: ids}
+	if ids == nil {
+		for i := range names {
+			fc.ids = append(fc.ids, fmt.Sprintf("run-%d", i))
+		}
+	}
+	for range names {
+		c := make(chan struct{})
+		close(c)
+		fc.done = append(fc.done, c)
+	}
+	return fc
+}
+
 // A node the vote was decided without (pending) is still reported, by its
 // answer at first contact, once; a node that answered at first contact,
-// or that granted after a failed first contact, is not.
+// or that granted after a failed first contact, is not. A pending node
+// whose first contact has not ended is left for later (lateFailures),
+// which describes it once it has.
 func TestNodeConns_Failures(t *testing.T) {
 	var wrongpass redis.Error = replyError("WRONGPASS invalid username-password pair or user is disabled.")
+	names := []string{"a:1/0", "b:1/0", "c:1/0", "d:1/0", "e:1/0", "f:1/0"}
 	n := &nodeConns{
-		names:     []string{"a:1/0", "b:1/0", "c:1/0", "d:1/0", "e:1/0"},
-		passwords: []string{"hunter2", "", "", "", ""},
-		contact:   []error{wrongpass, nil, errors.New("dial tcp: lookup e: no such host hunter2"), nil, context.DeadlineExceeded},
+		names:     names,
+		passwords: []string{"hunter2", "", "", "", "", ""},
+		contact:   endedContact(names, []error{wrongpass, nil, errors.New("dial tcp: lookup e: no such host hunter2"), nil, context.DeadlineExceeded, nil}, nil),
 	}
-	got := n.failures([]redlock.NodeResult{
+	n.contact.done[5] = make(chan struct{}) // node f has not answered yet
+	got, later := n.failures([]redlock.NodeResult{
 		{Node: "a:1/0", Outcome: redlock.OutcomePending},
 		{Node: "b:1/0", Outcome: redlock.OutcomePending},
 		{Node: "c:1/0", Outcome: redlock.OutcomeGranted},
 		{Node: "d:1/0", Outcome: redlock.OutcomeUnreachable, Err: errors.New("dial tcp: connection refused")},
 		{Node: "e:1/0", Outcome: redlock.OutcomePending},
+		{Node: "f:1/0", Outcome: redlock.OutcomePending},
 	})
 	assert.Equal(t, []string{
 		"node a:1/0: error: WRONGPASS invalid username-password pair or user is disabled. (at first contact; the lock's vote did not wait for it)",
 		"node d:1/0: unreachable: dial tcp: connection refused",
 		"node e:1/0: timed-out: context deadline exceeded (at first contact; the lock's vote did not wait for it)",
 	}, got)
+	assert.Equal(t, []int{5}, later)
+
+	n.contact.errs[5] = context.DeadlineExceeded
+	close(n.contact.done[5])
+	assert.Equal(t, []string{"node f:1/0: timed-out: context deadline exceeded (at first contact; the lock's vote did not wait for it)"}, n.lateFailures(later))
+}
+
+// The first contact finds one server named twice among the nodes that have
+// answered; wait waits only for the nodes it is given.
+func TestFirstContact_Distinct(t *testing.T) {
+	names := []string{"a:1/0", "b:1/0", "c:1/0"}
+	fc := endedContact(names, make([]error, 3), []string{"x", "y", "x"})
+	assert.ErrorIs(t, fc.waitAll(), errSameServer)
+	assert.ErrorContains(t, fc.waitAll(), "node 0 (a:1/0) and node 2 (c:1/0) are the same Redis server")
+
+	fc.done[2] = make(chan struct{}) // c has not answered: not waited for, not compared
+	assert.NoError(t, fc.wait([]bool{true, true, false}))
+	close(fc.done[2])
+	assert.ErrorIs(t, fc.wait([]bool{true, true, false}), errSameServer)
+
+	fc = endedContact(names, []error{nil, errors.New("timeout"), nil}, []string{"x", "", "z"})
+	assert.NoError(t, fc.waitAll(), "a node that failed is not compared")
 }
 
 // Fewer than 3 nodes get a warning (the help asks for an odd number, at

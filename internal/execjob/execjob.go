@@ -29,6 +29,19 @@ const ExitLost = 79
 // caused it may take to reach Config.Signals.
 const SignalLag = 100 * time.Millisecond
 
+// minKillGuard is KillGuard's floor.
+const minKillGuard = 100 * time.Millisecond
+
+// KillGuard returns the kill guard of a lock of the given TTL: how long
+// before the lock's validity ends (Lock.ValidUntil) Supervise sends the job
+// SIGKILL at the latest once no extension has kept the lock: the larger of
+// 100 ms and 2% of the TTL. It covers the supervisor's timer firing late on
+// a loaded machine and the kill's delivery, so that the job is gone before
+// the nodes can free the key (the validity already ends the drift allowance,
+// 1% of the TTL + 2 ms, before they do). docs/cli.md has the margins
+// measured.
+func KillGuard(ttl time.Duration) time.Duration { return max(minKillGuard, ttl/50) }
+
 // Status is what became of a job.
 type Status struct {
 	// Code is the exit status as a shell reports it: 128+N if signal N
@@ -55,8 +68,13 @@ type Config struct {
 	Lease *redlock.Lease
 	// Grace is the time between SIGTERM (a forwarded signal, or the lock
 	// lost) and SIGKILL. Once the lock is lost, SIGKILL comes at the latest
-	// when the lock's validity runs out, whatever Grace.
+	// KillGuard before the lock's validity runs out, whatever Grace.
 	Grace time.Duration
+	// KillGuard is how long before the lock's validity ends the job gets
+	// SIGKILL at the latest when no extension has kept the lock, lost or
+	// not yet (an extension still in flight); 0: KillGuard of the lock's
+	// TTL.
+	KillGuard time.Duration
 	// Signals are the signals to forward to the job's group (nil: none).
 	Signals <-chan os.Signal
 	// Stderr receives Supervise's one-line notices.
@@ -73,21 +91,37 @@ type Config struct {
 
 // Supervise waits for the job p, forwards the signals from c.Signals to its
 // group, stops it if c.Lease ends (the lock is lost: SIGTERM, then SIGKILL
-// after c.Grace or when the lock's validity runs out, whichever comes first)
-// or c.Grace after the first forwarded signal, and returns the exit status:
-// the job's own, ExitLost if the lock was lost while the job ran, or 128+N
-// if the job was killed c.Grace after signal N was forwarded. A cancellation
-// of ctx counts as the signal that caused it (read from c.Signals within
+// after c.Grace or the kill guard before the lock's validity runs out,
+// whichever comes first), kills it the kill guard before the validity runs
+// out if no extension has succeeded by then, or c.Grace after the first
+// forwarded signal, and returns the exit status: the job's own, ExitLost if
+// the lock was lost (or about to be) while the job ran, or 128+N if the job
+// was killed c.Grace after signal N was forwarded. A cancellation of ctx
+// counts as the signal that caused it (read from c.Signals within
 // SignalLag), else as SIGTERM. held reports whether the job exited on its
 // own with the lock held throughout.
 func Supervise(ctx context.Context, p Process, c Config) (code int, held bool) {
+	if c.KillGuard <= 0 {
+		c.KillGuard = KillGuard(c.Lease.Lock().TTL())
+	}
 	s := &supervisor{p: p, c: c}
 	defer s.stopKillTimer()
-	ctxDone, leaseDone := ctx.Done(), c.Lease.Done()
+	guardAt := c.Lease.ValidUntil()
+	guard := time.NewTimer(time.Until(guardAt.Add(-c.KillGuard)))
+	defer guard.Stop()
+	ctxDone, leaseDone, guardDone := ctx.Done(), c.Lease.Done(), guard.C
 	for {
 		select {
 		case st := <-p.Done():
 			return s.exited(st, leaseDone != nil)
+		case <-guardDone:
+			if v := c.Lease.ValidUntil(); v.After(guardAt) { // extended
+				guardAt = v
+				guard.Reset(time.Until(v.Add(-c.KillGuard)))
+				break
+			}
+			guardDone = nil
+			s.expiring()
 		case sig := <-c.Signals:
 			s.forward(sig)
 		case <-ctxDone:
@@ -122,6 +156,7 @@ type supervisor struct {
 	killAt    time.Time
 	killed    os.Signal // the forwarded signal after which the job was killed
 	got       os.Signal // the first signal forwarded to the job
+	expired   bool      // killed by the kill guard while the lease was live
 }
 
 // killWithin makes the job get SIGKILL at most d from now. A deadline
@@ -168,6 +203,9 @@ func (s *supervisor) exited(st Status, lossUnseen bool) (code int, held bool) {
 		fmt.Fprintf(stderr, "redlock exec: COMMAND exited with status %d\n", st.Code)
 	}
 	switch err := s.c.Lease.Err(); {
+	case s.expired && (err == nil || lossUnseen):
+		fmt.Fprintf(stderr, "redlock exec: COMMAND killed with status %d: the lock's validity was running out and no extension had succeeded\n", st.Code)
+		return ExitLost, false
 	case err == nil && s.killed != nil:
 		fmt.Fprintf(stderr, "redlock exec: COMMAND killed %v after %v\n", s.c.Grace, s.killed)
 		return 128 + SignalNumber(s.killed), false
@@ -182,17 +220,17 @@ func (s *supervisor) exited(st Status, lossUnseen bool) (code int, held bool) {
 }
 
 // lost stops the job once the lease has ended: SIGTERM now, SIGKILL after
-// Grace or when the lock's validity runs out, whichever comes first (then
-// another holder may take the lock).
+// Grace or the kill guard before the lock's validity runs out, whichever
+// comes first (at the validity's end another holder may take the lock).
 func (s *supervisor) lost() {
 	if s.c.Mutant.ExecKeepsJob() { // chaos mutant hook
 		return
 	}
 	lease, stderr := s.c.Lease, s.c.Stderr
-	left := max(min(s.c.Grace, time.Until(lease.Lock().ValidUntil())), 0)
+	left := max(min(s.c.Grace, time.Until(lease.Lock().ValidUntil())-s.c.KillGuard), 0)
 	when := ""
 	if left < s.c.Grace {
-		when = ", when the lock's validity runs out"
+		when = fmt.Sprintf(", %v before the lock's validity runs out", s.c.KillGuard)
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v; sending SIGTERM to COMMAND (SIGKILL in %v%s)\n", lease.Err(), left.Round(time.Millisecond), when)
 	if qe := (*redlock.QuorumError)(nil); s.c.DescribeNodes != nil && errors.As(lease.Err(), &qe) {
@@ -201,6 +239,19 @@ func (s *supervisor) lost() {
 	}
 	s.p.Signal(syscall.SIGTERM)
 	s.killWithin(left)
+}
+
+// expiring kills the job the kill guard before the lock's validity runs
+// out when no extension has succeeded (one may still be in flight): the
+// lease would end only at the validity's end, too late for the kill.
+func (s *supervisor) expiring() {
+	if s.c.Mutant.ExecKeepsJob() || s.c.Lease.Err() != nil { // chaos mutant hook; or lost(), which has set the kill
+		return
+	}
+	s.expired = true
+	fmt.Fprintf(s.c.Stderr, "redlock exec: no extension has succeeded and the lock's validity runs out in %v; sending SIGKILL to COMMAND\n",
+		time.Until(s.c.Lease.ValidUntil()).Round(time.Millisecond))
+	s.p.Signal(syscall.SIGKILL)
 }
 
 // killNow sends SIGKILL when the grace period, or the lock's validity, is
