@@ -9,6 +9,10 @@ import (
 // second node loses its data a fifth of the holder's TTL after the first.
 const lossGap = scriptedTTL / 5
 
+// lossTrial is the length of a data-loss trial: the holder's hold (a TTL)
+// and some time after it, kept short for the default test run.
+const lossTrial = 3 * scriptedTTL / 2
+
 // dataLossScenarios returns the catalogue's data-loss scenarios beyond
 // amnesia-guarded: the ways real Redis loses a lock's key while it is held
 // (restarts without persistence, FLUSHALL, a restart that lost its last
@@ -32,33 +36,33 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 		{
 			Name: "amnesia-two-restarts", Summary: fmt.Sprintf("two of the holder's nodes restart without their data, one after the other (%v apart), while it holds; guard on", lossGap),
 			Expect: Safe, Why: "each restarted node lost the key's epoch, so its vote is quarantined: the rival finds too few trusted votes (the holder's other nodes refuse), and waits for the holder's release",
-			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
+			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: NodeSet{Pick: PickGranted, Count: 2}, Action: ActionRestartAmnesia, Stagger: lossGap}},
 		},
 		{
 			Name: "flush-then-restart", Summary: fmt.Sprintf("FLUSHALL on the overlap of two quorums while the holder holds, then (%v later) another of its nodes restarts without data; guard on", lossGap),
 			Expect: Safe, Why: "FLUSHALL deletes the key's epoch with the key, as a restart does: both nodes' votes are quarantined",
-			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
+			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionFlush},
 				{On: afterA, At: lossGap, Nodes: rest, Action: ActionRestartAmnesia}},
 		},
 		{
 			Name: "stale-restarts", Summary: fmt.Sprintf("a majority restarts one node after another (%v apart) from a snapshot taken as the trial began, just before the holder acquired: the writes since are lost, as with appendfsync everysec after a power loss; guard on", scriptedTTL/10),
-			Expect: Unsafe, Why: "a finding: the snapshot has the key's trusted epoch and fencing counter from before the holder's grant, so the restored majority grants the rival with trusted votes while the holder still holds (the per-key guard cannot see a partial loss); the restored counters are the holder's minus one, so the rival's token can equal the holder's (fencing's assumption that a node in both quorums keeps its data fails). A per-node guard (a new run_id) would quarantine them",
-			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3, FencingBreaks: true,
+			Expect: Unsafe, Why: "a finding: the snapshot has the key's trusted epoch and fencing counter from before the holder's grant, so the restored majority grants the rival with trusted votes while the holder still holds (the per-key guard cannot see a partial loss); the restored fencing counters predate the holder's grant (only the rival's failed attempts in between raise them), so token order is reported but not judged: fencing's assumption that a node in both quorums keeps its data fails. A per-node guard (a new run_id) would quarantine the restored nodes",
+			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3, FencingBreaks: true,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickAll}, Action: ActionSnapshot},
 				{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionRestartStale, Stagger: scriptedTTL / 10}},
 		},
 		{
 			Name: "node-replaced", Summary: "the overlap of two quorums is replaced by a fresh server on the same address (no data, no loaded scripts, a new run_id) while the holder holds; guard on",
 			Expect: Safe, Why: "the fresh server has no epoch for the key, so its vote is quarantined as a restarted node's; the library loads its scripts again on NOSCRIPT",
-			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
+			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionReplace}},
 		},
 		{
 			Name: "key-evicted", Summary: fmt.Sprintf("the lock key is evicted on the overlap of two quorums (maxmemory_policy allkeys-lru; the counter and epoch stay) while the holder holds, then (%v later) another of its nodes restarts without data; guard on", lossGap),
 			Expect: Unsafe, Why: "a finding: eviction deletes the lock key but leaves its epoch, so the per-key guard still trusts that node's vote, and with the nodes that were cut off the rival wins a quorum while the holder holds. INFO memory shows the eviction policy; a guard that distrusts a node that may evict would refuse it",
-			Workload: guarded, Duration: 2 * scriptedTTL, Availability: Available, MinNodes: 3,
+			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionEvictKey},
 				{On: afterA, At: lossGap, Nodes: rest, Action: ActionRestartAmnesia}},
 		},

@@ -97,4 +97,3 @@ func infoField(info, field string) (string, bool) {
 	}
 	return "", false
 }
-
