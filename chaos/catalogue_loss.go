@@ -27,11 +27,15 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 	rest := NodeSet{Pick: PickQuorumRest, Count: 1}
 	// A (client 0) holds with Do for far longer than the trial, so that an
 	// extension that wrongly succeeds keeps the lock from B to the end; B
-	// (client 1) starts once A holds; each acquires once. The quarantine is one TTL: with the
-	// correct lock B takes the lock a TTL after the flush.
+	// (client 1) starts once A holds; each acquires once. The quarantine
+	// is one TTL: with the correct lock B takes the lock a TTL after the
+	// flush. B retries every half TTL at most: a retry every few
+	// milliseconds would often hold the flushed nodes (a failed attempt's
+	// short-lived grants) when A extends, failing A's extension for the
+	// wrong reason.
 	flushedHolder := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond, MaxAcquires: 1,
 		HoldOf: map[int]time.Duration{0: 8 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
-		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeDo, ModeAcquire}, Quarantine: catalogueTTL}
+		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeDo, ModeAcquire}, Quarantine: catalogueTTL, RetryMax: catalogueTTL / 2}
 	return []Scenario{
 		{
 			Name: "amnesia-two-restarts", Summary: fmt.Sprintf("two of the holder's nodes restart without their data, one after the other (%v apart), while it holds; guard on", lossGap),
