@@ -71,7 +71,7 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 				{On: afterA, At: lossGap, Nodes: rest, Action: ActionRestartAmnesia}},
 		},
 		{
-			Name: "majority-flushed-while-held", Summary: fmt.Sprintf("A holds with Do (extending); %v after A acquired, FLUSHALL on a random majority; B starts once A holds; guard on, quarantine one TTL", catalogueTTL/10),
+			Name: "majority-flushed", Summary: fmt.Sprintf("A holds with Do (extending); %v after A acquired, FLUSHALL on a random majority; B starts once A holds; guard on, quarantine one TTL", catalogueTTL/10),
 			Expect: Safe, Why: "A's next extension finds its key gone on a majority and fails, so A's lock-bound context ends; B's votes on the flushed nodes are quarantined for a TTL, longer than A's validity could last, and then B takes the lock. An extension that re-created the vanished keys would keep A holding and lock B out",
 			Workload: flushedHolder, Duration: 4 * catalogueTTL, Availability: Available, MustAcquire: []int{1},
 			Faults: []Fault{{On: afterA, At: catalogueTTL / 10, Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionFlush}},
