@@ -121,6 +121,7 @@ func Catalogue() []Scenario {
 		HoldOf: map[int]time.Duration{0: 3 * catalogueTTL}, WriteEvery: 10 * time.Millisecond, Gap: 2 * time.Millisecond,
 		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}, 2: {Client: 0, Nth: 1}}, Modes: []Mode{ModeLead}}
 
+	loss := dataLossScenarios(guarded, tailCut, tailBack, afterA)
 	return []Scenario{
 		{
 			Name: "no-faults", Summary: "4 clients take turns on one key, extend and write throughout each hold; nothing fails",
@@ -278,6 +279,7 @@ func Catalogue() []Scenario {
 			Workload: isolated, Duration: 8 * catalogueTTL, Availability: Available,
 			Faults: []Fault{{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Clients: []int{0}, Action: ActionPartition, For: 2 * catalogueTTL}},
 		},
+		loss[0], loss[1], loss[2], loss[3], loss[4], loss[5],
 	}
 }
 
@@ -313,6 +315,9 @@ func (s Scenario) Scaled(k float64) Scenario {
 	w := s.Workload
 	w.TTL, w.NodeTimeout, w.Hold, w.Gap, w.Stagger, w.AcquireTimeout = d(w.TTL), d(w.NodeTimeout), d(w.Hold), d(w.Gap), d(w.Stagger), d(w.AcquireTimeout)
 	w.WriteEvery, w.RetryMax, w.ExtendLate = d(w.WriteEvery), d(w.RetryMax), d(w.ExtendLate)
+	// The quarantine too: a scenario may set it to a TTL, so that a rival
+	// is let in within the trial.
+	w.Quarantine = d(w.Quarantine)
 	// Whole milliseconds: Redis TTLs are set in ms.
 	w.TTL = w.TTL.Round(time.Millisecond)
 	if w.HoldOf != nil {

@@ -31,17 +31,23 @@
 // on 127.0.0.1; Cluster.Client returns a redlock.Client through the proxies.
 // A redis-server node's clock is real where a C compiler is found: a clock
 // shim preloaded into the server moves its own wall clock (ClockMode;
-// Cluster.Clocks says which was used).
+// Cluster.Clocks says which was used). In-process nodes answer INFO server
+// and INFO memory as redis-server does (a run_id that every start changes,
+// uptime_in_seconds on the node's clock, maxmemory_policy), so code that
+// reads them runs the same on both backends.
 //
 // # Faults
 //
 // Faults are verbs on a Node: Kill, Restart (data kept), RestartAmnesia
 // (data lost), Pause, JumpClock, SetClockRate, Partition, DelayRequests,
-// DelayReplies, DropRequests, DropReplies, HealNetwork; Cluster.HealAll
-// undoes them all. A Fault in a scenario names one of them (an Action:
+// DelayReplies, DropRequests, DropReplies, HealNetwork, and the other ways a
+// node loses data: Flush (FLUSHALL), EvictKey, Replace (a fresh server on
+// the address), RestartFromSnapshot (back to a Snapshot taken earlier, the
+// writes since lost); Cluster.HealAll undoes them all. A Fault in a scenario names one of them (an Action:
 // ActionKill, ActionRestartAmnesia, ActionPause, ...), the nodes it hits (NodeSet: fixed, at random from the trial's seed, the overlap
 // of two quorums, the nodes that granted a given acquisition), when (At, or
-// On an acquisition) and for how long (For). A network fault may be limited
+// On an acquisition, At after it), for how long (For), and whether its
+// nodes get it one after another (Stagger). A network fault may be limited
 // to some clients (an asymmetric partition). A fault a backend cannot produce
 // (ErrUnsupported) makes the Result Skipped, never a pass. The proxy delays
 // delivery rather than reads, tells a lost request from a lost reply, and

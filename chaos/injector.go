@@ -18,6 +18,7 @@ type injector struct {
 	cluster *Cluster // the nodes faults act on; nil for a Target's
 	target  Target   // the nodes faults act on, for RunTarget
 	nodes   int      // how many nodes there are
+	key     string   // the workload's lock key, for ActionEvictKey
 	oracle  *oracle.Oracle
 	log     *faultlog.Log // the schedule, and the bands in force
 
@@ -62,9 +63,15 @@ func (inj *injector) scheduleFaults(ctx context.Context, faults []Fault) (trigge
 // trigger applies the faults among triggered that fire on acquisition a.
 func (inj *injector) trigger(ctx context.Context, triggered []Fault, a acquisition) {
 	for _, f := range triggered {
-		if f.On.Client == a.Client && f.On.Nth == a.Nth {
-			inj.applyLogged(ctx, f, a.granted())
+		if f.On.Client != a.Client || f.On.Nth != a.Nth {
+			continue
 		}
+		granted := a.granted()
+		if f.At > 0 {
+			inj.schedule(ctx, f.At, func() { inj.applyLogged(ctx, f, granted) })
+			continue
+		}
+		inj.applyLogged(ctx, f, granted)
 	}
 }
 
@@ -134,15 +141,35 @@ func (inj *injector) pick(ns NodeSet, granted []int) []int {
 		return out
 	case PickGranted:
 		return granted[:min(len(granted), max(ns.Count, 1))]
+	case PickQuorumRest:
+		q := n/2 + 1
+		out := make([]int, 0, q)
+		for i := 2*q - n; i < q && (ns.Count <= 0 || len(out) < ns.Count); i++ {
+			out = append(out, i)
+		}
+		return out
+	case PickAll:
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
 	}
 	return nil
 }
 
 // apply applies one fault to its nodes now, and schedules its undoing.
 func (inj *injector) apply(ctx context.Context, f Fault, granted []int) error {
-	for _, i := range inj.pick(f.Nodes, granted) {
+	for k, i := range inj.pick(f.Nodes, granted) {
 		if i < 0 || i >= inj.nodes {
 			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, inj.nodes)
+		}
+		if k > 0 && f.Stagger > 0 {
+			one := f
+			one.Stagger = 0
+			one.Nodes = NodeSet{Pick: PickFixed, Nodes: []int{i}}
+			inj.schedule(ctx, time.Duration(k)*f.Stagger, func() { inj.applyLogged(ctx, one, nil) })
+			continue
 		}
 		var err error
 		if inj.target != nil {
@@ -204,6 +231,26 @@ func (inj *injector) applyToNode(ctx context.Context, f Fault, i int) error {
 	case ActionClockRate:
 		err = node.SetClockRate(f.Rate)
 		label = fmt.Sprintf("clock ×%g", f.Rate)
+	case ActionFlush:
+		err = node.Flush(ctx)
+		label, band = "flushed", false
+	case ActionEvictKey:
+		if inj.key == "" {
+			return fmt.Errorf("chaos: fault %s needs the workload's key", f.Action)
+		}
+		err = node.EvictKey(ctx, inj.key)
+		label, band = "key evicted", false
+	case ActionReplace:
+		err = node.Replace(ctx)
+		inj.closeBand(i, "killed", now)
+		label, band = "replaced", false
+	case ActionSnapshot:
+		err = node.Snapshot(ctx)
+		label, band = "snapshot", false
+	case ActionRestartStale:
+		err = node.RestartFromSnapshot(ctx)
+		inj.closeBand(i, "killed", now)
+		label, band = "stale restart", false
 	default:
 		return fmt.Errorf("chaos: unknown fault action %q", f.Action)
 	}

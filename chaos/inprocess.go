@@ -44,6 +44,14 @@ type memBackend struct {
 
 	setMu   sync.Mutex
 	lastSet time.Time // last time passed to SetTime
+
+	infoMu  sync.Mutex
+	runID   string    // INFO server's run_id: new on every start
+	started time.Time // node time of the last start, for uptime_in_seconds
+	policy  string    // INFO memory's maxmemory_policy
+
+	snap         []snapKey // Snapshot's copy of the data; nil: none
+	freshPending bool      // m is a new miniredis (fresh), not started yet
 }
 
 func newMemBackend(clock *nodeClock) (*memBackend, error) {
@@ -55,13 +63,25 @@ func newMemBackend(clock *nodeClock) (*memBackend, error) {
 		return nil, fmt.Errorf("chaos: start miniredis: %w", err)
 	}
 	b.address = b.m.Addr()
+	b.newRun()
 	b.m.Server().SetPreHook(b.hook)
 	return b, nil
 }
 
+// newRun gives the server what a real server gets on every start: a new
+// run_id, uptime from 0, and the default maxmemory_policy.
+func (b *memBackend) newRun() {
+	b.infoMu.Lock()
+	defer b.infoMu.Unlock()
+	b.runID = newRunID()
+	b.started = b.clock.at(time.Now())
+	b.policy = defaultPolicy
+}
+
 // hook runs before every command of every connection, and before every
-// redis.call of a Lua script.
-func (b *memBackend) hook(p *server.Peer, _ string, _ ...string) bool {
+// redis.call of a Lua script. It answers a connection's INFO itself (see
+// infoText), as miniredis knows no server or memory section.
+func (b *memBackend) hook(p *server.Peer, cmd string, args ...string) bool {
 	if !b.isConnection(p) {
 		// redis.call from a script: it runs inside its EVAL, which holds
 		// the miniredis mutex (SetTime would deadlock) and whose own hook
@@ -81,6 +101,15 @@ func (b *memBackend) hook(p *server.Peer, _ string, _ ...string) bool {
 		return true
 	}
 	b.syncTime()
+	if cmd == "INFO" {
+		b.infoMu.Lock()
+		srv := b.m.Server()
+		st := infoState{runID: b.runID, uptime: b.clock.at(time.Now()).Sub(b.started), policy: b.policy, addr: b.address,
+			clients: srv.ClientsLen(), conns: srv.TotalConnections(), cmds: srv.TotalCommands()}
+		b.infoMu.Unlock()
+		p.WriteBulk(infoText(st, args))
+		return true
+	}
 	return false
 }
 
@@ -130,9 +159,15 @@ func (b *memBackend) start(context.Context) error {
 	// Restart listens on the same port again (another program could have
 	// taken it meanwhile). Hooks do not survive it: set ours again before
 	// the proxy lets clients in.
-	if err := b.m.Restart(); err != nil {
+	start := b.m.Restart
+	if b.freshPending {
+		start = func() error { return b.m.StartAddr(b.address) }
+	}
+	if err := start(); err != nil {
 		return err
 	}
+	b.freshPending = false
+	b.newRun()
 	b.m.Server().SetPreHook(b.hook)
 	return nil
 }

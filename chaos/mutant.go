@@ -46,6 +46,7 @@ const (
 	returnNewEpoch = "return -2 - c -- " // a grant that created the epoch just now
 	deleteKey      = "redis.call('DEL', KEYS[1])"
 	readOwner      = "local v = redis.call('GET', KEYS[1])"
+	extendExpire   = "redis.call('PEXPIRE', KEYS[1], ARGV[2])"
 )
 
 // Mutants returns the mutant catalogue, in the order `redlock chaos
@@ -80,6 +81,10 @@ func Mutants() []Mutant {
 			Scenarios: []string{"late-extension"},
 			rewrites: []mutation.Rewrite{{Script: "extend", Old: readOwner,
 				New: "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n" + readOwner}}},
+		{Name: "extend-revives-vanished-key", Summary: "extend re-creates the key where it has vanished (SET PX instead of PEXPIRE, under an owner check that lets a missing key pass)",
+			Scenarios: []string{"majority-flushed"},
+			rewrites: []mutation.Rewrite{{Script: "extend", Old: ownerCheck, New: "if v == ARGV[1] or not v then"},
+				{Script: "extend", Old: extendExpire, New: "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"}}},
 		{Name: "token-not-incremented", Summary: "a grant reads the fencing counter without incrementing it, so every holder gets the same token",
 			Scenarios: []string{"no-faults"},
 			rewrites:  []mutation.Rewrite{{Script: "acquire", Old: incrCounter, New: "c = tonumber(redis.call('GET', KEYS[2]) or '1')"}}},

@@ -166,6 +166,7 @@ type Node struct {
 	pauseStop  chan struct{} // closed when the current pause ends early
 	tickStop   chan struct{} // non-nil while the rate ticker runs
 	bgErr      error         // first error of a background goroutine
+	policy     string        // maxmemory_policy set since the last start; "": the default
 
 	wg sync.WaitGroup // pause and rate goroutines
 }
@@ -289,6 +290,7 @@ func (n *Node) startLocked(ctx context.Context) error {
 		n.be.forgetClock()
 	}
 	n.killed = false
+	n.policy = ""
 	if err := n.proxy.Up(); err != nil {
 		return err
 	}
@@ -563,6 +565,7 @@ func (n *Node) heal(ctx context.Context) error {
 	if n.killed {
 		errs = append(errs, n.startLocked(ctx))
 	}
+	errs = append(errs, n.healDataLocked(ctx))
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -281,6 +282,11 @@ func judge(s Scenario, rep oracle.Report, tr trialResult) (v Verdict, notes, mis
 			break
 		}
 	}
+	for _, c := range s.MustAcquire {
+		if !slices.ContainsFunc(tr.history.Holds, func(h oracle.HoldRecord) bool { return h.Client == c }) {
+			missed = append(missed, fmt.Sprintf("client %d never took the lock, but the scenario expects it to", c))
+		}
+	}
 	if s.Extends && rep.ExtendedHolds == 0 {
 		missed = append(missed, "no hold was ever extended, but the scenario holds the lock past its TTL")
 	}
@@ -410,6 +416,7 @@ func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed
 	o.Declare(s.Workload.Clients, len(cluster.Nodes()))
 	inj := newInjector(cluster, o, seed)
 	inj.clientProxies = proxies
+	inj.key = s.Workload.key()
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
 

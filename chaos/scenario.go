@@ -41,6 +41,11 @@ const (
 	ActionJumpClock      Action = "jump-clock"      // Node.JumpClock(Amount)
 	ActionClockRate      Action = "clock-rate"      // Node.SetClockRate(Rate)
 	ActionHealNetwork    Action = "heal-network"    // Node.HealNetwork
+	ActionFlush          Action = "flush"           // Node.Flush (FLUSHALL)
+	ActionEvictKey       Action = "evict-key"       // Node.EvictKey of the workload's key
+	ActionReplace        Action = "replace"         // Node.Replace (a fresh server)
+	ActionSnapshot       Action = "snapshot"        // Node.Snapshot
+	ActionRestartStale   Action = "restart-stale"   // Node.RestartFromSnapshot (writes since lost)
 )
 
 // Pick says how a fault chooses its nodes.
@@ -60,6 +65,12 @@ const (
 	// quorum is nodes 0 .. q−1; if these nodes lose its key, they and the
 	// tail form a second quorum. That is 1 node for odd N and 2 for even N.
 	PickOverlap Pick = "overlap"
+	// PickQuorumRest picks the nodes of that holder's quorum outside the
+	// overlap, 2q−N .. q−1 (NodeSet.Count of them, from the first, when
+	// Count > 0): a holder's nodes that a second quorum does not need.
+	PickQuorumRest Pick = "quorum-rest"
+	// PickAll picks every node.
+	PickAll Pick = "all"
 )
 
 // NodeSet selects the nodes a fault applies to.
@@ -69,9 +80,11 @@ type NodeSet struct {
 	Count int   `json:"count,omitempty"`
 }
 
-// Fault is one scheduled fault: at a time from the trial's start, or right
-// after an acquisition in the workload (On), on a set of nodes, undone after
-// For (0 = left until the trial ends; the cluster is healed between trials).
+// Fault is one scheduled fault: at a time from the trial's start, or At
+// after an acquisition in the workload (On; At 0: right after it), on a set
+// of nodes, undone after For (0 = left until the trial ends; the cluster is
+// healed between trials). With Stagger the picked nodes get the fault one
+// after another, Stagger apart, in index order, as a rolling restart does.
 // A network fault with Clients applies only to those workload clients'
 // connections (an asymmetric partition: the other clients still reach the
 // nodes); each client then reaches each node through a proxy of its own.
@@ -84,6 +97,7 @@ type Fault struct {
 	Amount  time.Duration `json:"amount,omitempty"` // pause length, delay, clock jump
 	Rate    float64       `json:"rate,omitempty"`   // clock rate for ActionClockRate
 	For     time.Duration `json:"for,omitempty"`
+	Stagger time.Duration `json:"stagger,omitempty"`
 }
 
 // Availability is what a scenario expects of acquisitions.
@@ -140,6 +154,10 @@ type Scenario struct {
 	// NoneBefore: no acquisition may succeed before this offset from the
 	// trial's start, else the verdict is Broken.
 	NoneBefore time.Duration `json:"none_before,omitempty"`
+	// MustAcquire lists workload clients that must take the lock at least
+	// once per trial, else the trial misses a liveness check (see
+	// Result.LivenessMisses): a rival that a broken holder locks out.
+	MustAcquire []int `json:"must_acquire,omitempty"`
 }
 
 // validityCaps returns, for each client whose replies a fault delays from
