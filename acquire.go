@@ -30,13 +30,23 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// out is the run of attempts that found no majority answering.
 		out = outage{c: c, cfg: cfg, ctx: ctx, key: key}
 	)
-	defer func() { w.leave() }()
+	won := false
+	defer func() {
+		if won {
+			w.leave()
+		} else {
+			w.giveUp()
+		}
+	}()
 	// A Client whose Release just woke a waiter of the key lets it go
 	// first: it takes a ticket behind the waiters and waits as after a
 	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
-	// rather than race the woken waiter (notify.go).
-	if c.notify.yielding(keys[0]) {
-		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w, nil)
+	// rather than race the woken waiter (notify.go); but no longer than
+	// what is left of the hand-off window, and not once a waiter of this
+	// Client gives up, which may have been the one woken: a free key is
+	// then taken by the first attempt, within the window at most.
+	if left := c.notify.yielding(keys[0]); left > 0 {
+		c.yieldTurn(ctx, cfg.retry, keys[0], &w, left)
 	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
@@ -62,6 +72,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			// the Client (voteQuorum), so Close waits for them.
 			out.answered(started, lock.nodes)
 			lock.attempts = attempt
+			won = true
 			return lock, nil
 		}
 		if !errors.As(err, &last) {
@@ -90,9 +101,13 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// The caller gave up: return now, not once the calls still
 		// waiting for their replies have them. Only the deletes of the
 		// grants that came back are waited for (a round trip to nodes
-		// that just answered); a grant whose reply comes later is deleted
-		// when it arrives (acquisition.late), in the background.
+		// that just answered), and the replies on their way for
+		// cancelGrace (on a healthy network they come within it, and
+		// their grants are deleted before Acquire returns); a grant whose
+		// reply comes later is deleted when it arrives
+		// (acquisition.late), in the background.
 		calls.waitUndos(cfg.timeoutFor(ttl))
+		calls.waitFor(cancelGrace)
 		if last.Cause == nil {
 			last.Cause = err
 		}
@@ -191,6 +206,18 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 	return ctx.Err() == nil
 }
 
+// yieldTurn is the wait of an Acquire that yields to a waiter a Release of
+// this Client woke (notifier.yielding): the policy's first retry delay, at
+// most left (the rest of the hand-off window), ended early when woken.
+func (c *Client) yieldTurn(ctx context.Context, retry RetryPolicy, name string, w **lockWaiter, left time.Duration) {
+	delay, ok := retry.NextRetry(1)
+	if !ok || delay <= 0 {
+		return
+	}
+	*w = c.notify.joinYielding(name)
+	(*w).sleep(ctx, min(delay, left), 0)
+}
+
 // outage is one Acquire call's run of attempts that found no majority of
 // the nodes answering (QuorumError.noQuorum): Acquire gives up once it has
 // lasted the outage limit (WithOutageLimit), and tells the Observer and the
@@ -268,6 +295,25 @@ type voteCalls struct {
 	// nodes whose acquire call had returned: what a caller who gave up
 	// still waits for (waitUndos).
 	undos sync.WaitGroup
+}
+
+// cancelGrace is how long an Acquire whose caller gave up still waits for
+// the replies of its calls on their way, so that the grants among them are
+// deleted before it returns.
+const cancelGrace = 2 * time.Millisecond
+
+// waitFor waits for every node call of the votes tracked, as wait does, but
+// at most d; it forgets nothing.
+func (vc *voteCalls) waitFor(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, done := range vc.done {
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // waitUndos waits for the clean-up deletes on the nodes that had answered,

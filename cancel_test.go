@@ -51,3 +51,57 @@ func TestAcquire_CanceledReturnsAtOnceAndClean(t *testing.T) {
 		}
 	}
 }
+
+// A waiter of the holder's own Client gives up just as the holder releases
+// (its context ends at the same instant): the release may tell it, the
+// longest waiter, of the release, a hand-off to nobody. Once it has
+// returned, it holds no key, and the holder's next Acquire of the free key
+// (100 ms deadline) takes it with its first attempt, round after round.
+func TestAcquire_HandOffAbortedAtTheReleaseCostsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newCluster(t, 3)
+		c.warmUp(t)
+		for round := range 20 {
+			held, err := c.rl.TryAcquire(ctx, "job", time.Minute)
+			require.NoError(t, err, "round %d", round)
+			wctx, cancel := context.WithCancel(ctx)
+			type result struct {
+				l   *redlock.Lock
+				err error
+			}
+			gaveUp := make(chan result, 1)
+			go func() {
+				l, err := c.rl.Acquire(wctx, "job", time.Minute)
+				gaveUp <- result{l, err}
+			}()
+			time.Sleep(time.Second)
+			synctest.Wait()
+			released := make(chan error, 1)
+			go func() { released <- held.Release(ctx) }()
+			cancel()
+			r := <-gaveUp
+			require.NoError(t, <-released, "round %d", round)
+			if r.err == nil {
+				require.NoError(t, r.l.Release(ctx), "round %d: the waiter won before its cancel", round)
+			} else {
+				require.ErrorIs(t, r.err, context.Canceled, "round %d", round)
+				for i, n := range c.nodes {
+					// The holder's own key may still be there: Release
+					// returned once a majority deleted it.
+					if v := n.Value("job"); v != "" && v != held.Owner() {
+						t.Errorf("round %d: node %d holds the key of the waiter that gave up: %q", round, i, v)
+					}
+				}
+			}
+
+			actx, acancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			l, err := c.rl.Acquire(actx, "job", time.Minute)
+			acancel()
+			require.NoError(t, err, "round %d: the key is free", round)
+			require.Equal(t, 1, l.Attempts(), "round %d: taken by the first attempt", round)
+			require.NoError(t, l.Release(ctx), "round %d", round)
+			synctest.Wait()
+		}
+	})
+}
