@@ -401,14 +401,15 @@ func TestDial_ReleaseBehindABusyQueue(t *testing.T) {
 							return
 						}
 						won.Add(1)
-						if err := l.Release(context.Background()); err != nil {
+						err = l.Release(context.Background())
+						switch {
+						case err == nil:
+						case ttl < queueLength && errors.Is(err, redlock.ErrNotHeld):
+							// the keys expired while the deletes waited
+						case releaseQueued(err):
+							// bounded: the deletes go on in the background
+						default:
 							mu.Lock()
-							if ttl < queueLength && errors.Is(err, redlock.ErrNotHeld) {
-								return // the keys expired while the deletes waited
-							}
-							if releaseQueued(err) {
-								return // bounded: the deletes go on in the background
-							}
 							relErrs = append(relErrs, err.Error())
 							mu.Unlock()
 						}
