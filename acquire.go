@@ -41,12 +41,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	// A Client whose Release just woke a waiter of the key lets it go
 	// first: it takes a ticket behind the waiters and waits as after a
 	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
-	// rather than race the woken waiter (notify.go); but no longer than
-	// what is left of the hand-off window, and not once a waiter of this
-	// Client gives up, which may have been the one woken: a free key is
-	// then taken by the first attempt, within the window at most.
-	if left := c.notify.yielding(keys[0]); left > 0 {
-		c.yieldTurn(ctx, cfg.retry, keys[0], &w, left)
+	// rather than race the woken waiter (notify.go); but not once a
+	// waiter of this Client gives up, which may have been the one woken: a
+	// free key is then taken by the first attempt, at once.
+	if c.notify.yielding(keys[0]) {
+		c.yieldTurn(ctx, cfg.retry, keys[0], &w)
 	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
@@ -207,15 +206,16 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 }
 
 // yieldTurn is the wait of an Acquire that yields to a waiter a Release of
-// this Client woke (notifier.yielding): the policy's first retry delay, at
-// most left (the rest of the hand-off window), ended early when woken.
-func (c *Client) yieldTurn(ctx context.Context, retry RetryPolicy, name string, w **lockWaiter, left time.Duration) {
+// this Client woke (notifier.yielding): waitRetry's wait after a first
+// attempt, ended early when woken, or when a waiter of this Client gives up
+// (lockWaiter.giveUp).
+func (c *Client) yieldTurn(ctx context.Context, retry RetryPolicy, name string, w **lockWaiter) {
 	delay, ok := retry.NextRetry(1)
 	if !ok || delay <= 0 {
 		return
 	}
 	*w = c.notify.joinYielding(name)
-	(*w).sleep(ctx, min(delay, left), 0)
+	(*w).sleep(ctx, delay, queuedDelay(retry))
 }
 
 // outage is one Acquire call's run of attempts that found no majority of

@@ -755,24 +755,22 @@ func (n *notifier) released(name string, code int64, skipped []any) {
 	n.mu.Unlock()
 }
 
-// yielding returns how much is left of the hand-off window of lock key
-// name when a Release of this Client woke a waiter of the key less than
-// handoffWindow ago (0: none), and forgets the hand-off: the woken waiter is
+// yielding reports whether a Release of this Client woke a waiter of lock
+// key name less than handoffWindow ago, and forgets it: the woken waiter is
 // on its way to the key, and an attempt now would only race it. A waiter of
 // this Client that gives up meanwhile ends the wait (giveUp).
-func (n *notifier) yielding(name string) time.Duration {
+func (n *notifier) yielding(name string) bool {
 	if n.handoffs.Load() == 0 {
-		return 0
+		return false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	at, ok := n.handedOff[name]
-	if !ok {
-		return 0
+	if ok {
+		delete(n.handedOff, name)
+		n.handoffs.Store(int32(len(n.handedOff)))
 	}
-	delete(n.handedOff, name)
-	n.handoffs.Store(int32(len(n.handedOff)))
-	return max(handoffWindow-time.Since(at), 0)
+	return ok && time.Since(at) < handoffWindow
 }
 
 // joinYielding is join for an Acquire that yields to a woken waiter

@@ -69,9 +69,9 @@
 // once instead of sleeping through its retry delay, so waiters take the key in
 // the order they came. A Client whose Release woke a waiter and that acquires
 // the same key within 50 ms waits behind the waiters (as after a failed
-// attempt) rather than race the woken one, for the rest of those 50 ms at
-// most, and not at all once a waiter of its own gives up (it may have been
-// the one woken): a free key is then taken by the first attempt. An Acquire
+// attempt) rather than race the woken one, and tries at once when a waiter
+// of its own gives up meanwhile (it may have been the one woken): a free key
+// is then taken by the first attempt. An Acquire
 // whose ctx ends returns at once: it waits for the deletes of the grants that
 // came back and, for 2 ms, for the replies on their way; a grant whose reply
 // comes later is deleted when it arrives.
