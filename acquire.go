@@ -28,13 +28,22 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 		// out is the run of attempts that found no majority answering.
 		out = outage{c: c, cfg: cfg, ctx: ctx, key: key}
 	)
-	defer func() { w.leave() }()
+	won := false
+	defer func() {
+		if won {
+			w.leave()
+		} else {
+			w.giveUp()
+		}
+	}()
 	// A Client whose Release just woke a waiter of the key lets it go
 	// first: it takes a ticket behind the waiters and waits as after a
 	// failed first attempt (the policy's NextRetry(1); none with NoRetry),
-	// rather than race the woken waiter (notify.go).
+	// rather than race the woken waiter (notify.go); but not once a
+	// waiter of this Client gives up, which may have been the one woken: a
+	// free key is then taken by the first attempt, at once.
 	if c.notify.yielding(keys[0]) {
-		c.waitRetry(ctx, cfg.retry, 1, keys[0], &w, nil)
+		c.yieldTurn(ctx, cfg.retry, keys[0], &w)
 	}
 	for attempt := 1; ; attempt++ {
 		// An attempt starts only once the last one's node calls have ended
@@ -60,6 +69,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			// the Client (voteQuorum), so Close waits for them.
 			out.answered(started, lock.nodes)
 			lock.attempts = attempt
+			won = true
 			return lock, nil
 		}
 		if !errors.As(err, &last) {
@@ -84,10 +94,23 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			break
 		}
 	}
-	calls.wait()
-	if err := callerEnded(ctx); err != nil && last.Cause == nil {
-		last.Cause = err
+	if err := callerEnded(ctx); err != nil {
+		// The caller gave up: return now, not once the calls still
+		// waiting for their replies have them. Only the deletes of the
+		// grants that came back are waited for (a round trip to nodes
+		// that just answered), and the replies on their way for
+		// cancelGrace (on a healthy network they come within it, and
+		// their grants are deleted before Acquire returns); a grant whose
+		// reply comes later is deleted when it arrives
+		// (acquisition.late), in the background.
+		calls.waitUndos(cfg.timeoutFor(ttl))
+		calls.waitFor(cancelGrace)
+		if last.Cause == nil {
+			last.Cause = err
+		}
+		return nil, last
 	}
+	calls.wait()
 	return nil, last
 }
 
@@ -131,6 +154,19 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 	}
 	(*w).sleep(ctx, delay, queuedDelay(retry))
 	return ctx.Err() == nil
+}
+
+// yieldTurn is the wait of an Acquire that yields to a waiter a Release of
+// this Client woke (notifier.yielding): waitRetry's wait after a first
+// attempt, ended early when woken, or when a waiter of this Client gives up
+// (lockWaiter.giveUp).
+func (c *Client) yieldTurn(ctx context.Context, retry RetryPolicy, name string, w **lockWaiter) {
+	delay, ok := retry.NextRetry(1)
+	if !ok || delay <= 0 {
+		return
+	}
+	*w = c.notify.joinYielding(name)
+	(*w).sleep(ctx, delay, queuedDelay(retry))
 }
 
 // outage is one Acquire call's run of attempts that found no majority of
@@ -206,6 +242,46 @@ func (o *outage) answered(started time.Time, nodes []NodeResult) {
 type voteCalls struct {
 	done []<-chan struct{}
 	last *lockState // the latest attempt's: see acquisition.vote
+	// undos counts the clean-up deletes (acquisition.cleanUp) sent to
+	// nodes whose acquire call had returned: what a caller who gave up
+	// still waits for (waitUndos).
+	undos sync.WaitGroup
+}
+
+// cancelGrace is how long an Acquire whose caller gave up still waits for
+// the replies of its calls on their way, so that the grants among them are
+// deleted before it returns.
+const cancelGrace = 2 * time.Millisecond
+
+// waitFor waits for every node call of the votes tracked, as wait does, but
+// at most d; it forgets nothing.
+func (vc *voteCalls) waitFor(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, done := range vc.done {
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// waitUndos waits for the clean-up deletes on the nodes that had answered,
+// not for the calls still waiting for their replies; at most timeout (a
+// delete queued behind this client's own calls goes on in the background).
+func (vc *voteCalls) waitUndos(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		vc.undos.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // add tracks one more vote.
@@ -687,7 +763,7 @@ func (a *acquisition) handOut(acq *tally, grants grantSet, token uint64, written
 // *QuorumError, whose cause is the caller's context error if no other.
 func (a *acquisition) fail(acq *tally, cause error, calls *voteCalls) *QuorumError {
 	a.decide(failed, 0)
-	calls.add(a.cleanUp(acq))
+	calls.add(a.cleanUp(acq, &calls.undos))
 	if cause == nil {
 		cause = callerEnded(a.ctx)
 	}
@@ -719,13 +795,33 @@ func (a *acquisition) undo() *nodecall.ScriptCall {
 // applied: such nodes get the delete.) Under contention that spares every
 // loser a delete on most nodes. The calls may wait for a connection until
 // the keys would have expired anyway.
-func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
+//
+// undos counts the deletes sent to nodes whose acquire call had returned
+// when the clean-up began, until each has returned.
+func (a *acquisition) cleanUp(acq *tally, undos *sync.WaitGroup) <-chan struct{} {
 	c := a.c
 	rel := a.undo().ForNodes(len(c.nodes))
+	// answered[i]: node i's acquire call had returned, sent, and may have
+	// set the key: its delete is counted in undos.
+	var answeredBuf [8]bool
+	answered := answeredBuf[:0]
+	for i := range c.nodes {
+		done, unsent := a.shared.calls.returned(i)
+		ok := done && !unsent && (acq.results[i].Outcome != OutcomeTaken || !c.nodes[i].NoResend)
+		answered = append(answered, ok)
+		if ok {
+			undos.Add(1)
+		}
+	}
 	// Each delete may wait for its node's turn until the key would be gone
 	// anyway: a SET that ran before now expires by now + TTL (the stragglers'
 	// later SETs are deleted again when they answer: settle).
-	_, done := c.voteAll(c.eng.WithQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), a.timeout, func(ctx context.Context, n *node) reply {
+	// Nobody counts the answers (startVote without Count): the attempt's
+	// caller does not wait for them, and the next attempt waits for done.
+	b := c.startVote(c.eng.WithQueueBy(context.WithoutCancel(a.ctx), time.Now().Add(a.ttl), nil), decideAll, len(c.nodes), nodecall.Vote{Timeout: a.timeout, Op: func(ctx context.Context, n *node) reply {
+		if answered[n.Idx] {
+			defer undos.Done()
+		}
 		if _, unsent := a.shared.calls.returned(n.Idx); unsent {
 			return reply{Err: errShed} // nothing was sent: nothing to delete
 		}
@@ -744,8 +840,8 @@ func (a *acquisition) cleanUp(acq *tally) <-chan struct{} {
 		defer n.Exit()
 		code, err := rel.Run(ctx, n).Int64() // a waiter told here: a minority, it wakes nobody
 		return reply{Code: code, Err: err}
-	})
-	return done
+	}})
+	return b.Done()
 }
 
 // countVotes applies the amnesia guard's first-use rule to the vote, logs

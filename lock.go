@@ -343,9 +343,10 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // lock's owner value, and returns as soon as no answer still to come could
 // change the result (with healthy nodes: once a majority deleted the key);
 // the other deletes end in the background and Client.Close waits for them.
-// It runs even if ctx is already canceled, and waits for a node at most the
-// per-node timeout (see Releasing in the package doc for the queue in front
-// of it and what is left on the nodes). It returns nil when a majority
+// It runs even if ctx is already canceled, and returns within one per-node
+// timeout from its start, a delete still queued in this client then going
+// on in the background (see Releasing in the package doc for the queue in
+// front of it and what is left on the nodes). It returns nil when a majority
 // answered and the key is ours on none of them; a *QuorumError wrapping
 // ErrNotHeld when a majority said the key had expired or been taken (keys of
 // ours elsewhere are deleted all the same); one wrapping ErrNoQuorum when
@@ -397,24 +398,55 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	call.ForNodes(len(c.nodes))
 	// A delete may wait for its node's turn (internal/nodecall: Queue) until the keys
 	// would be gone anyway; its per-node timeout counts from its turn, so a
-	// busy client does not report healthy nodes as timed out.
+	// busy client does not report healthy nodes as timed out. Release does
+	// not wait that long: see waitedOut.
 	keysEnd := l.state.keysGoneBy(timeout)
 	// The vote decides once a majority deleted the key (or can no longer);
 	// the replies it did not wait for come here, for the rarer results that
-	// "not held" answers decide (releaseCount), until the last delete's
-	// deadline.
+	// "not held" answers decide (releaseCount), until one per-node timeout
+	// from now, when Release returns whatever is still to come.
 	lastAnswer := time.Now().Add(timeout)
-	if c.eng.Queued {
-		lastAnswer = keysEnd.Add(timeout)
-	}
-	t, late := c.voteQuorumKeep(c.eng.WithQueueBy(context.WithoutCancel(ctx), keysEnd, nil), timeout, func(ctx context.Context, n *node) reply {
+	t, late, callCtx := c.voteQuorumKeep(c.eng.WithQueueBy(context.WithoutCancel(ctx), time.Now(), nil), timeout, func(ctx context.Context, n *node) reply {
 		return l.deleteOn(ctx, n, call, skip, keysEnd, timeout)
 	})
 	if err := countLate(t, c.quorum, late, lastAnswer).result(); err != nil {
-		return t, c.withMisconfig(newQuorumError(OpRelease, l.key, c.quorum, t, err, nil))
+		return t, c.withMisconfig(newQuorumError(OpRelease, l.key, c.quorum, t, err, l.waitedOut(t, callCtx)))
 	}
 	l.state.freed = true
 	return t, nil
+}
+
+// errDeletesQueued is the cause of a Release that returned before some of
+// its deletes were even sent: they wait for a free connection to their node
+// (or for the acquire call they follow to return), and go on in the
+// background.
+var errDeletesQueued = errors.New("deletes still waiting for their turn on their node go on in the background")
+
+// waitedOut marks pending, in the results of a release vote whose node
+// calls ran on callCtx, the nodes that the vote's clock marked timed out
+// while their delete had not been sent: it still waits for its node's turn
+// (a free connection), or for the acquire call it follows. Those deletes go
+// on in the background (the Client tracks them; Close waits for them). It
+// returns errDeletesQueued when there were any.
+func (l *Lock) waitedOut(t *tally, callCtx context.Context) error {
+	var cause error
+	for i := range t.results {
+		r := &t.results[i]
+		if r.Outcome != OutcomeTimedOut {
+			continue
+		}
+		n := l.client.nodes[i]
+		following := false
+		if l.state.calls.state != nil {
+			done, _ := l.state.calls.returned(i)
+			following = !done
+		}
+		if following || nodecall.WaitsForTurn(callCtx, n) {
+			r.Outcome, r.Err, r.Latency = OutcomePending, nil, 0
+			cause = errDeletesQueued
+		}
+	}
+	return cause
 }
 
 // releaseCall is a release script's call with args, then the channels of

@@ -191,6 +191,9 @@ type lockWaiter struct {
 	recent     [4]seenRelease
 	next       int           // the slot of recent to reuse
 	wake       chan struct{} // buffered: woken
+	// yielder: the waiter of an Acquire that yields to a waiter a
+	// Release of this Client woke (yielding); giveUp wakes it.
+	yielder bool
 }
 
 // seenRelease counts the nodes that announced one release.
@@ -612,7 +615,7 @@ func (w *lockWaiter) mark() {
 		return
 	}
 	w.n.mu.Lock()
-	w.woken = false
+	w.woken, w.yielder = false, false
 	w.n.mu.Unlock()
 	select {
 	case <-w.wake: // a wake-up for the attempt that just began
@@ -691,6 +694,35 @@ func (w *lockWaiter) leave() {
 	w.n.mu.Unlock()
 }
 
+// giveUp removes a waiter whose Acquire returns without the lock (its
+// context ended, or it gave up): as leave, and a hand-off of the key that
+// a Release of this Client recorded meanwhile may have gone to it, so this
+// Client's Acquire calls no longer yield to it (yielding), and those
+// yielding now try at once. Its channel may still have been the longest
+// waiter's when the release ran, before it left: the release was then told
+// to nobody, and a yielder would wait for a waiter that never comes.
+func (w *lockWaiter) giveUp() {
+	if w == nil {
+		return
+	}
+	n := w.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unlist(w)
+	if _, ok := n.handedOff[w.name]; ok {
+		delete(n.handedOff, w.name)
+		n.handoffs.Store(int32(len(n.handedOff)))
+	}
+	for _, y := range n.waiters {
+		if y.yielder && y.name == w.name {
+			select {
+			case y.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // released records a release script's reply code from a node call:
 // codeHandedOff (the node told a waiter of lock key name) is recorded so
 // that this Client's next Acquire of the key waits its turn (yielding). Not
@@ -725,7 +757,8 @@ func (n *notifier) released(name string, code int64, skipped []any) {
 
 // yielding reports whether a Release of this Client woke a waiter of lock
 // key name less than handoffWindow ago, and forgets it: the woken waiter is
-// on its way to the key, and an attempt now would only race it.
+// on its way to the key, and an attempt now would only race it. A waiter of
+// this Client that gives up meanwhile ends the wait (giveUp).
 func (n *notifier) yielding(name string) bool {
 	if n.handoffs.Load() == 0 {
 		return false
@@ -738,6 +771,19 @@ func (n *notifier) yielding(name string) bool {
 		n.handoffs.Store(int32(len(n.handedOff)))
 	}
 	return ok && time.Since(at) < handoffWindow
+}
+
+// joinYielding is join for an Acquire that yields to a woken waiter
+// (yielding): it takes its ticket behind the waiters, and a waiter of this
+// Client that gives up wakes it. nil as join.
+func (n *notifier) joinYielding(name string) *lockWaiter {
+	w := n.join(name)
+	if w != nil {
+		n.mu.Lock()
+		w.yielder = true
+		n.mu.Unlock()
+	}
+	return w
 }
 
 // close wakes every waiter (its Acquire then returns ErrClosed), ends the

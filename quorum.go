@@ -193,10 +193,11 @@ func (c *Client) voteQuorum(ctx context.Context, timeout time.Duration, op nodeO
 // decision over on the returned channel (one per node at most, so none is
 // ever blocked), for a caller that goes on counting them: no callback and
 // no channel of its own to allocate.
-func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan reply) {
+// It also returns the context the node calls run on (nodecall.WaitsForTurn).
+func (c *Client) voteQuorumKeep(ctx context.Context, timeout time.Duration, op nodeOp) (*tally, <-chan reply, context.Context) {
 	b := c.startVote(ctx, decideAtQuorum, c.quorum, nodecall.Vote{Timeout: timeout, Op: op, KeepLate: true})
 	b.Count(ctx)
-	return &b.tally, b.Replies()
+	return &b.tally, b.Replies(), b.Context()
 }
 
 // voteAcquire is voteQuorum for an acquisition attempt, whose calls create

@@ -75,7 +75,12 @@
 // once instead of sleeping through its retry delay, so waiters take the key in
 // the order they came. A Client whose Release woke a waiter and that acquires
 // the same key within 50 ms waits behind the waiters (as after a failed
-// attempt) rather than race the woken one.
+// attempt) rather than race the woken one, and tries at once when a waiter
+// of its own gives up meanwhile (it may have been the one woken): a free key
+// is then taken by the first attempt. An Acquire
+// whose ctx ends returns at once: it waits for the deletes of the grants that
+// came back and, for 2 ms, for the replies on their way; a grant whose reply
+// comes later is deleted when it arrives.
 //
 // The message is a hint: the lock's guarantees come from the attempt alone, a
 // lost, late or forged message costs at most a retry delay or a failed
@@ -209,20 +214,27 @@
 //
 // # Releasing
 //
-// Lock.Release waits for a node at most the per-node timeout, counted from
-// the delete's turn on that node: on the nodes Dial connects to, a delete may
-// first wait for a free connection (see Node timeouts) until the lock's keys
-// would be gone on their own (twice the longest TTL the lock used, plus two
-// per-node timeouts, from now: a late grant may set a key up to a TTL after
-// its attempt began), so with a long queue in this client Release
-// can take that long. It judges only the nodes that answered (deleted, "not
-// held" or "taken"); an unreachable, timed-out or failing node did not. When
-// it returns early, the *QuorumError's Nodes show the nodes still to answer
-// as OutcomePending, and Granted counts the deletes done by then.
+// Lock.Release returns within one per-node timeout from its start, whatever
+// this client's queues hold. On the nodes Dial connects to, a delete may
+// first wait for a free connection (see Node timeouts), or for the
+// acquisition's call it must not overtake; it goes on waiting in the
+// background until the lock's keys would be gone on their own (twice the
+// longest TTL the lock used, plus two per-node timeouts, from now: a late
+// grant may set a key up to a TTL after its attempt began), and then has a
+// per-node timeout from its turn. Release judges only the nodes that
+// answered (deleted, "not held" or "taken"); an unreachable, timed-out or
+// failing node did not. When it returns before a node answered, the
+// *QuorumError's Nodes show that node as OutcomePending (its delete not
+// sent yet: still queued, or waiting for the acquisition's call) or
+// OutcomeTimedOut (sent, and not answered by then), and Granted
+// counts the deletes done by then; a Release whose deletes all still queue
+// returns an error wrapping ErrNoQuorum whose message says they go on in the
+// background.
 //
 // The deletes still running when Release returns, and the node calls of the
 // acquisition and of extensions that their votes did not wait for, end in the
-// background: a delete or an extension within the per-node timeout, an
+// background: a delete within the per-node timeout of its turn, an
+// extension within the per-node timeout, an
 // acquire call when its reply comes (at most the TTL after its attempt
 // began); the Client tracks them, and Client.Close waits for them within its
 // bound. A node's delete is sent only once that node's own acquire

@@ -798,7 +798,9 @@ func TestRelease_AfterACanceledExtendLeavesNoKey(t *testing.T) {
 }
 
 // Extend with a longer TTL (a straggling extension on node 2), then Release
-// on the old and on the new handle behind a busy queue.
+// on the old and on the new handle behind a busy queue: no key is left once
+// the queue emptied (Release itself may return first, with the deletes
+// still queued reported pending).
 func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprint("oldHandle=", old), func(t *testing.T) {
@@ -818,7 +820,9 @@ func TestRelease_AfterALongerStragglingExtendLeavesNoKey(t *testing.T) {
 				wait()
 				require.NoError(t, rl.Close())
 				t.Logf("release: %v", relErr)
-				assert.NoError(t, relErr)
+				if relErr != nil {
+					assert.True(t, releaseQueued(relErr), "only a Release bounded behind the queue may fail: %v", relErr)
+				}
 				for i, n := range nodes {
 					assert.False(t, n.Has("k"), "node %d still holds k (ttl %v)", i, n.m.TTL("k"))
 				}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -331,7 +332,10 @@ func (q *Queue) admit(ctx context.Context) (admission, error) {
 	switch {
 	case cc != nil:
 		if w != nil {
-			if err := q.wait(w, nil, nil, nil, now, cc.until); err != nil {
+			cc.nc.queuedOn(q, 1)
+			err := q.wait(w, nil, nil, nil, now, cc.until)
+			cc.nc.queuedOn(q, -1)
+			if err != nil {
 				return admission{}, err
 			}
 		}
@@ -473,6 +477,37 @@ type nodeCall struct {
 	cleanup cleanupCall
 
 	lv *lingerVote // a lingering vote's calls; nil for other votes
+
+	// queued lists the queues on which a clean-up call of this vote waits
+	// for its turn (WaitsForTurn), once per call.
+	queued []*Queue
+}
+
+// queuedOn records that a clean-up call of this vote waits for q's turn
+// (delta 1), or no longer does (-1).
+func (nc *nodeCall) queuedOn(q *Queue, delta int) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if delta > 0 {
+		nc.queued = append(nc.queued, q)
+		return
+	}
+	if i := slices.Index(nc.queued, q); i >= 0 {
+		nc.queued = slices.Delete(nc.queued, i, i+1)
+	}
+}
+
+// WaitsForTurn reports whether a clean-up call (CleanupContext) of the vote
+// whose node context is ctx still waits for n's turn in n's queue: it has
+// not been sent. False on nodes without a queue.
+func WaitsForTurn(ctx context.Context, n *Node) bool {
+	nc, ok := ctx.(*nodeCall)
+	if !ok || n.Queue == nil {
+		return false
+	}
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return slices.Contains(nc.queued, n.Queue)
 }
 
 // lingerVote is what a lingering vote's nodeCall knows of each of its calls:

@@ -162,6 +162,9 @@ func (b *Ballot) Expired() <-chan struct{} { return b.expired }
 // Late callback has run); Count returns it too.
 func (b *Ballot) Done() <-chan struct{} { return b.done }
 
+// Context is the context the vote's node calls run on (WaitsForTurn).
+func (b *Ballot) Context() context.Context { return b.ctx }
+
 // Replies carries the replies that come after the decision (Vote.KeepLate).
 func (b *Ballot) Replies() <-chan Reply { return b.replies }
 
