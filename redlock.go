@@ -288,6 +288,9 @@ type Client struct {
 	// scripts (nodecall.MillisArgs).
 	ttlArg, retentionArg nodecall.MillisArgs
 	notify               notifier // wakes waiting Acquire calls on release (notify.go)
+	// inc is every node's incarnation (incarnation.go); nil with the
+	// amnesia guard off.
+	inc *incTracker
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -395,6 +398,20 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 		if adjust != nil {
 			adjust(i, parsed[i])
 		}
+		if c.inc != nil {
+			// A new connection reads the node's run_id before any command
+			// is sent on it: a restart is seen at once (incarnation.go).
+			prev := parsed[i].OnConnect
+			parsed[i].OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+				if prev != nil {
+					if err := prev(ctx, cn); err != nil {
+						return err
+					}
+				}
+				c.inc.connected(i, ctx, cn)
+				return nil
+			}
+		}
 		rc := redis.NewClient(parsed[i])
 		n.Queue = nodecall.NewQueue(rc.Options().PoolSize, c.eng.Stopped(), ErrClosed)
 		rc.AddHook(n.Queue)
@@ -477,6 +494,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	c.eng.Nodes, c.eng.Quorum = nodes, quorum
 	c.eng.Init()
 	c.notify.c = c
+	if cfg.quarantine > 0 {
+		c.inc = newIncTracker(c)
+	}
 	return c, nil
 }
 
