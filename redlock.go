@@ -98,10 +98,15 @@
 // key (OutcomeQuarantined) until a successful acquisition vouches for it or
 // the quarantine has passed. The guard holds while at most a minority of the
 // nodes lose their data within one quarantine and, counting them, at most a
-// minority is emptied or unreachable at once. It costs one small hash per key
-// and node (kept for the retention), and on a key's first use Acquire waits
-// for every node's answer, at most one per-node timeout (docs/fencing.md,
-// "The amnesia guard"). When several clients make a key's first use at once,
+// minority is emptied or unreachable at once. It also reads each node's
+// incarnation (run_id and a marker key, recorded on the other nodes) when it
+// connects: a node verified that way votes for a key's first use at once,
+// and a node that restarted or was flushed less than the longest TTL ago
+// (WithQuarantine) is quarantined as a whole (ErrQuarantined). For a node
+// whose incarnation cannot be read, a key's first use waits for every
+// node's answer, at most one per-node timeout. It costs one small hash per
+// key and node (kept for the retention) (docs/fencing.md, "The amnesia
+// guard"). When several clients make a key's first use at once,
 // the one whose grants are a majority asks the nodes that said "taken"
 // again, about a round trip later, once the others have taken their keys
 // back, and wins its one attempt, as with the guard off.
