@@ -121,18 +121,37 @@ func (t *incTracker) use(ttl time.Duration) {
 	})
 }
 
-// vote is what node i's grant counts for, given the marker the acquire
-// script returned with it (hasMark false: no marker was returned): the
-// node's status and, when quarantined, the time left.
-func (t *incTracker) vote(i int, mark string, hasMark bool) (incStatus, time.Duration) {
+// incSnap is what a Client knew of a node's incarnation when it sent the
+// node a grant's call (incTracker.snapshot).
+type incSnap struct {
+	status incStatus
+	mark   string
+}
+
+// snapshot returns node i's status and marker id now, before a call is sent.
+func (t *incTracker) snapshot(i int) incSnap {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return incSnap{t.nodes[i].Status, t.nodes[i].MarkerID}
+}
+
+// vote is what node i's grant counts for, given what was known of the node
+// when the call was sent (snap) and the marker the acquire script returned
+// with it (hasMark false: none was read): the node's status, the more
+// cautious of then and now (quarantined or changed, then unknown, then
+// verified), and, when its votes do not count, the time left.
+func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incStatus, time.Duration) {
 	t.mu.Lock()
 	n := &t.nodes[i]
 	st, until := n.Status, n.QuarantinedUntil
-	if st == incVerified && hasMark && mark != n.MarkerID {
+	if snap.status == incVerified && hasMark && mark != snap.mark && st == incVerified && n.MarkerID == snap.mark {
 		// Flushed since it was read: a new incarnation.
 		t.c.cfg.logger.Warn("redlock: node lost its data (its marker changed): its votes do not count until it is checked",
 			"node", n.Node)
 		n.Status, st = incChanged, incChanged
+	}
+	if st == incVerified && snap.status != incVerified {
+		st = snap.status // verified after the call was sent: judged as then
 	}
 	t.mu.Unlock()
 	switch st {
