@@ -2,13 +2,16 @@ package redlock_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
@@ -172,5 +175,50 @@ func TestIncarnation_EvictingNodeWarnsOnce(t *testing.T) {
 		require.Equal(t, redlock.IncUnknown, got[1].Status)
 		require.Contains(t, got[1].Reason, "allkeys-lru")
 		require.Equal(t, 1, logs.count("may evict lock keys"), logs.b.String())
+	})
+}
+
+// On the nodes Dial connects to, a restart that kept the data (and so the
+// marker) is seen by its new run_id, read on the first new connection
+// before any command runs there: the node is quarantined until its uptime
+// reaches the longest TTL.
+func TestIncarnation_DialSeesRestartByRunID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := &syncBuf{}
+		nodes := make([]*testNode, 3)
+		urls := make([]string, 3)
+		for i := range nodes {
+			nodes[i] = newTestNode(t, i)
+			nodes[i].EmulateInfo("noeviction")
+			urls[i] = "redis://" + nodes[i].addr
+		}
+		time.Sleep(2 * time.Minute) // every node is old
+		rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
+		}, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rl.Close()) }()
+		lock, err := rl.Acquire(t.Context(), "warm-up", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(t.Context()))
+		synctest.Wait()
+		for i, n := range redlock.Incarnations(rl) {
+			require.Equal(t, redlock.IncVerified, n.Status, "node %d", i)
+		}
+
+		// Node 0 restarts with its data: a new run_id, the same marker.
+		nodes[0].Refuse()
+		nodes[0].EmulateInfo("noeviction")
+		nodes[0].Revive(t)
+		for range 2 {
+			lock, err = rl.Acquire(t.Context(), "after-restart", 10*time.Second)
+			require.NoError(t, err) // nodes 1 and 2
+			require.NoError(t, lock.Release(t.Context()))
+			synctest.Wait()
+		}
+		got := redlock.Incarnations(rl)
+		require.Equal(t, redlock.IncQuarantined, got[0].Status, "%+v", got[0])
+		require.Equal(t, 1, logs.count("node restarted (new run_id)"), logs.b.String())
+		require.Equal(t, 1, logs.count("node quarantined"), logs.b.String())
 	})
 }
