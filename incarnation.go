@@ -271,7 +271,9 @@ type infoReader interface {
 }
 
 // unreadable records that node i's incarnation cannot be read, and logs it
-// once.
+// once: a warning when warn (keys it may evict), else at debug level, since
+// a node that hides INFO is working as configured (the reason is also in
+// Client.incarnations).
 func (t *incTracker) unreadable(i int, why string, warn bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -279,7 +281,7 @@ func (t *incTracker) unreadable(i int, why string, warn bool) {
 	n.Status, n.Reason = incUnknown, why
 	if !t.told[i] {
 		t.told[i] = true
-		log := t.c.cfg.logger.Info
+		log := t.c.cfg.logger.Debug
 		if warn {
 			log = t.c.cfg.logger.Warn
 		}
