@@ -18,6 +18,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 	if err != nil {
 		return nil, err
 	}
+	if c.inc != nil && cfg.quarantine > 0 {
+		c.inc.use(ttl)
+	}
 	var (
 		calls voteCalls // the latest attempt's node calls
 		last  *QuorumError
@@ -353,6 +356,10 @@ type acquisition struct {
 // -2 - counter for a grant that created the epoch just now, else {code,
 // counter, epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
+	var snap incSnap
+	if a.c.inc != nil {
+		snap = a.c.inc.snapshot(n.Idx)
+	}
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
 		// A call that gave up its wait for a connection because every one
@@ -365,15 +372,19 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 		case c == -1:
 			return reply{Code: codeTaken}
 		case c < -1:
-			return reply{Code: codeQuarantined, Counter: uint64(-2 - c), Epoch: epochNew, Left: a.quarantine}
+			return a.nodeVote(n, snap, reply{Code: codeQuarantined, Counter: uint64(-2 - c), Epoch: epochNew, Left: a.quarantine}, "", true)
 		}
-		return reply{Code: codeApplied, Counter: uint64(c), Epoch: epochTrusted}
+		return a.nodeVote(n, snap, reply{Code: codeApplied, Counter: uint64(c), Epoch: epochTrusted}, "", false)
 	}
 	vs, _ := v.([]any)
 	var res [4]int64
-	ok := len(vs) == len(res)
+	ok := len(vs) == len(res) || len(vs) == len(res)+1
 	for i := 0; ok && i < len(res); i++ {
 		res[i], ok = vs[i].(int64)
+	}
+	var mark string
+	if ok && len(vs) > len(res) {
+		mark, ok = vs[len(res)].(string)
 	}
 	if !ok || res[1] < 0 {
 		return reply{Err: fmt.Errorf("redlock: unexpected acquire reply %v", v)}
@@ -381,6 +392,28 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	r := reply{Code: res[0], Counter: uint64(res[1]), Epoch: res[2]}
 	if r.Code == codeApplied && (r.Epoch == epochQuarantined || r.Epoch == epochNew) {
 		r.Code, r.Left = codeQuarantined, a.quarantine-time.Duration(res[3])*time.Millisecond
+	}
+	return a.nodeVote(n, snap, r, mark, true)
+}
+
+// nodeVote applies what the Client knows of node n's incarnation
+// (incarnation.go) to its grant r: a verified node's grant counts however
+// new the key's epoch there (the epoch still gets vouched for), a
+// quarantined node's does not count at all, and an unknown node's is left
+// to the per-key rule. hasMark says the script read the node's marker (every
+// grant but a trusted one's): mark is its id, "" when it is missing.
+func (a *acquisition) nodeVote(n *node, snap incSnap, r reply, mark string, hasMark bool) reply {
+	if a.c.inc == nil || a.quarantine == 0 || r.Err != nil || (r.Code != codeApplied && r.Code != codeQuarantined) {
+		return r
+	}
+	st, left := a.c.inc.vote(n.Idx, snap, mark, hasMark)
+	switch st {
+	case incVerified:
+		if r.Code == codeQuarantined && hasMark {
+			r.Code, r.Left = codeApplied, 0
+		}
+	case incQuarantined, incChanged:
+		r.Code, r.Left, r.Epoch = codeQuarantined, left, epochNodeQuarantined
 	}
 	return r
 }
@@ -862,6 +895,10 @@ func (a *acquisition) countVotes(key string, acq *tally) grantSet {
 	for i, r := range acq.results {
 		switch r.Outcome {
 		case OutcomeQuarantined:
+			if acq.epochs[i] == epochNodeQuarantined {
+				g.idx = append(g.idx, i) // logged once, when it entered its quarantine
+				continue
+			}
 			a.cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
 				"key", keyAttr(key), "node", r.Node, "quarantine_left", r.QuarantineLeft)
 			fallthrough

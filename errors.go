@@ -55,6 +55,14 @@ var (
 	// error is ErrNoQuorum. How many nodes said taken is in the
 	// QuorumError's Nodes.
 	ErrTaken = errors.New("redlock: lock held by another owner")
+	// ErrQuarantined means the acquisition fell short because nodes that
+	// restarted or lost their data less than one longest TTL ago (the
+	// amnesia guard, see WithQuarantine) granted it but their votes did not
+	// count. errors.Is(err, ErrQuarantined) holds for a *QuorumError
+	// wrapping ErrNotAcquired whose last attempt had such a node; its Nodes
+	// name them (OutcomeQuarantined) with the time left of each one's
+	// quarantine (NodeResult.QuarantineLeft).
+	ErrQuarantined = errors.New("redlock: votes of quarantined nodes not counted")
 )
 
 // QuorumError is the error of an operation that did not reach its quorum. It
@@ -70,6 +78,10 @@ type QuorumError struct {
 	Nodes    []NodeResult // each node's outcome in the last attempt, in node order
 	Err      error        // ErrNotAcquired, ErrNotHeld or ErrNoQuorum
 	Cause    error        // the context's error, or another reason; may be nil
+
+	// nodeQuarantined: a node quarantined as a whole (incarnation.go)
+	// granted in the last attempt (ErrQuarantined).
+	nodeQuarantined bool
 }
 
 // newQuorumError is the one way the package builds a QuorumError: op on key
@@ -79,6 +91,9 @@ func newQuorumError(op Op, key string, quorum int, t *tally, err, cause error) *
 	qe := &QuorumError{Op: op, Key: key, Quorum: quorum, Err: err, Cause: cause}
 	if t != nil {
 		qe.Granted, qe.Nodes = t.granted, t.results
+		for i := range t.results {
+			qe.nodeQuarantined = qe.nodeQuarantined || (t.results[i].Outcome == OutcomeQuarantined && t.epochs[i] == epochNodeQuarantined)
+		}
 	}
 	return qe
 }
@@ -114,8 +129,9 @@ func (e *QuorumError) Error() string {
 
 // Is reports whether e is a failed acquisition and target is ErrNoQuorum
 // and its last attempt found no majority answering, or target is ErrTaken
-// and that attempt met another owner while a majority could answer (see
-// ErrNoQuorum, ErrTaken). The sentinel and the cause are matched through
+// and that attempt met another owner while a majority could answer, or
+// target is ErrQuarantined and a quarantined node granted in that attempt
+// (see ErrNoQuorum, ErrTaken, ErrQuarantined). The sentinel and the cause are matched through
 // Unwrap.
 func (e *QuorumError) Is(target error) bool {
 	if e.Err != ErrNotAcquired {
@@ -126,6 +142,8 @@ func (e *QuorumError) Is(target error) bool {
 		return e.noQuorum()
 	case ErrTaken:
 		return !e.noQuorum() && slices.ContainsFunc(e.Nodes, func(n NodeResult) bool { return n.Outcome == OutcomeTaken })
+	case ErrQuarantined:
+		return e.nodeQuarantined
 	}
 	return false
 }

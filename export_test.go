@@ -72,3 +72,16 @@ const VouchDelay = vouchDelay
 // CloseGrace is how long Close gives the calls it stopped at its bound to
 // end.
 const CloseGrace = closeGrace
+
+// NodeIncarnation is one node's incarnation as a Client knows it.
+type NodeIncarnation = nodeIncarnation
+
+// Incarnations returns every node's incarnation as c knows it.
+func Incarnations(c *Client) []NodeIncarnation { return c.incarnations() }
+
+// The incarnation statuses, by name.
+var (
+	IncUnknown     = incUnknown
+	IncVerified    = incVerified
+	IncQuarantined = incQuarantined
+)

@@ -198,8 +198,8 @@ func (h *healthView) down(i int, err error) {
 }
 
 // setQuarantine records that node i's votes do not count until until (the
-// amnesia guard); a zero until ends the quarantine. The change is logged
-// once. A node that is down stays down.
+// amnesia guard); a zero until ends the quarantine. The guard logs the
+// change, with its reason (incarnation.go). A node that is down stays down.
 func (h *healthView) setQuarantine(i int, until time.Time) {
 	if i < 0 || i >= len(h.nodes) {
 		return
@@ -212,10 +212,8 @@ func (h *healthView) setQuarantine(i int, until time.Time) {
 	switch {
 	case !until.IsZero() && time.Now().Before(until) && was != HealthQuarantined && was != HealthDown:
 		n.state.Store(int32(HealthQuarantined))
-		h.logger.Warn("redlock: node quarantined", "node", h.names[i], "until", until)
 	case until.IsZero() && was == HealthQuarantined:
 		n.state.Store(int32(HealthUp))
-		h.logger.Info("redlock: node's quarantine ended", "node", h.names[i])
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,10 +35,11 @@ type testNode struct {
 	addr string // a literal IP:port: names the node, never dialed
 
 	refused atomic.Bool
-	dials   atomic.Int64   // dial calls, refused ones included
-	replies atomic.Int64   // DelayReplies: ns each reply waits before the client can read it
-	srvMu   sync.Mutex     // orders dial's ServeConn against Refuse's Close
-	srv     *server.Server // nil while refused; srvMu
+	dials   atomic.Int64             // dial calls, refused ones included
+	replies atomic.Int64             // DelayReplies: ns each reply waits before the client can read it
+	srvMu   sync.Mutex               // orders dial's ServeConn against Refuse's Close
+	srv     *server.Server           // nil while refused; srvMu
+	info    atomic.Pointer[nodeInfo] // EmulateInfo; nil: INFO server is an error, as in miniredis
 	mu      sync.Mutex
 	delay   func(cmd string, args []string) time.Duration // nil: no delay
 	fail    func(cmd string, args []string) bool          // nil: no injected error
@@ -101,8 +104,47 @@ func (n *testNode) installHook() {
 			peer.WriteError("ERR injected by the test")
 			return true
 		}
+		if in := n.info.Load(); in != nil && strings.EqualFold(cmd, "INFO") && len(args) == 1 {
+			switch strings.ToLower(args[0]) {
+			case "server":
+				peer.WriteBulk(fmt.Sprintf("# Server\r\nredis_version:7.0.0\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n",
+					in.runID, int64(time.Since(in.started)/time.Second)))
+				return true
+			case "memory":
+				peer.WriteBulk("# Memory\r\nmaxmemory_policy:" + in.policy + "\r\n")
+				return true
+			}
+		}
 		return false
 	})
+}
+
+// nodeInfo is what an emulated INFO answers (EmulateInfo).
+type nodeInfo struct {
+	runID   string
+	started time.Time
+	policy  string
+}
+
+// EmulateInfo makes the node answer INFO server (a run_id, and the uptime
+// since now) and INFO memory (maxmemory_policy policy), which miniredis
+// does not: a new run_id, as a restarted server would have.
+func (n *testNode) EmulateInfo(policy string) {
+	n.info.Store(&nodeInfo{runID: fmt.Sprintf("%040x", rand.Uint64()), started: time.Now(), policy: policy})
+}
+
+// RestartEmpty is a restart that lost every key: the data are flushed, the
+// node answers with a new run_id and uptime 0, and its connections are
+// closed.
+func (n *testNode) RestartEmpty(t testTB) {
+	t.Helper()
+	in := n.info.Load()
+	n.Refuse()
+	n.m.FlushAll()
+	if in != nil {
+		n.EmulateInfo(in.policy)
+	}
+	n.Revive(t)
 }
 
 var pubsubCmd = map[string]bool{"SUBSCRIBE": true, "UNSUBSCRIBE": true, "PING": true}
@@ -359,6 +401,15 @@ func newCluster(t testTB, n int, opts ...redlock.Option) *cluster {
 	t.Cleanup(func() { require.NoError(t, rl.Close()) })
 	c.rl = rl
 	return c
+}
+
+// clients returns the nodes' go-redis clients.
+func (c *cluster) clients() []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.rc
+	}
+	return out
 }
 
 // newWarmCluster is newCluster followed by warmUp: a delay or fault the

@@ -220,7 +220,11 @@ const DefaultQuarantine = time.Minute
 // node that lost a key's epoch does not count for that key
 // (OutcomeQuarantined), unless a successful acquisition vouches for it
 // sooner. Choose it at least as long as the longest TTL any client uses on
-// these nodes (each call uses at least its own TTL). d must be positive and
+// these nodes (each call uses at least its own TTL). It also bounds the
+// quarantine of a whole node whose incarnation changed (it restarted or was
+// flushed): that node's votes do not count until its uptime and its
+// marker's age reach the larger of d and the longest TTL this Client has
+// used (ErrQuarantined). d must be positive and
 // at most the retention (WithRetention): ErrInvalidArgument. See The amnesia
 // guard in the package doc for what it guards against and what it costs.
 func WithQuarantine(d time.Duration) Option {

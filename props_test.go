@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -204,6 +205,10 @@ type model struct {
 	pools    []int           // per node: its clients' PoolSize, 0 for go-redis's default
 	dial     bool            // the clients are made by Dial (per-node queues), not New
 	rcs      []*redis.Client // the node clients the clients made by New share
+	// info: the nodes answer INFO server and memory (EmulateInfo), so the
+	// clients read their incarnations (incarnation.go); a data loss is then
+	// a restart with a new run_id or a flush in place.
+	info bool
 }
 
 func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
@@ -229,8 +234,12 @@ func runSchedule(t *rapid.T, n int, guard bool, stats *propStats) {
 			s.smallPools++
 		}
 	})
+	m.info = guard && rapid.Bool().Draw(t, "info")
 	for i := range n {
 		m.nodes = append(m.nodes, &propNode{testNode: newTestNode(t, i)})
+		if m.info {
+			m.nodes[i].EmulateInfo("noeviction")
+		}
 		m.installFaults(i)
 	}
 	t.Cleanup(func() {
@@ -612,11 +621,22 @@ func (m *model) wipe(t *rapid.T) int {
 	// Not an upset for checkVouched: a node that lost our key is not
 	// checked, and one that lost its data before our grant must be vouched.
 	pn := m.nodes[i]
+	if m.info && !pn.down && rapid.Bool().Draw(t, "flush in place") {
+		// FLUSHALL on a running node: the same run_id, its marker gone.
+		pn.m.FlushAll()
+		pn.wipes = append(pn.wipes, time.Now())
+		m.stats.add(func(s *propStats) { s.lost++ })
+		m.logf("node %d is flushed", i)
+		return i
+	}
 	if !pn.down {
 		pn.Refuse()
 		pn.down = true
 	}
 	pn.m.FlushAll()
+	if m.info {
+		pn.EmulateInfo("noeviction") // a new run_id, uptime 0
+	}
 	pn.back = time.Now().Add(propRestart)
 	pn.wipes = append(pn.wipes, time.Now())
 	m.stats.add(func(s *propStats) { s.lost++ })
@@ -887,7 +907,12 @@ func (m *model) boundedHistory() {
 	m.heal()
 	time.Sleep(propRetention + 3*time.Second)
 	for i, pn := range m.nodes {
-		if keys := pn.m.Keys(); len(keys) > 0 {
+		// The node's marker and its records of the other nodes'
+		// incarnations stay: a fixed number per node, not per name.
+		keys := slices.DeleteFunc(pn.m.Keys(), func(k string) bool {
+			return k == "redlock:marker" || strings.HasPrefix(k, "redlock:inc:")
+		})
+		if len(keys) > 0 {
 			m.fatalf("bounded history: node %d still holds %v after the retention", i, keys)
 		}
 	}

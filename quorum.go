@@ -90,10 +90,12 @@ type tally struct {
 	// fresh counts quarantined grants from nodes that created the key's
 	// epoch just now; others counts every other answer (errors aside), and
 	// taken those of them that said "taken"; failed the nodes unreachable,
-	// timed out or answering an error.
-	fresh, others, taken, failed int
-	need                         int
-	rule                         voteRule
+	// timed out or answering an error. freshOK counts the grants on epochs
+	// created just now that count at once: their node's incarnation is
+	// verified (incarnation.go), so the epoch is new indeed.
+	fresh, freshOK, others, taken, failed int
+	need                                  int
+	rule                                  voteRule
 }
 
 // brandNew reports whether the key is new to the cluster: at least a
@@ -103,7 +105,7 @@ type tally struct {
 // while a key's history is on at least a majority (every node that ever
 // granted it). So unless a majority of the nodes that hold it lost their data
 // or are unreachable at once, the key has never been locked.
-func (t *tally) brandNew() bool { return t.others == 0 && t.fresh >= t.need }
+func (t *tally) brandNew() bool { return t.others == 0 && t.fresh+t.freshOK >= t.need }
 
 // voteRule is what decides a vote besides its replies (tally.decided).
 type voteRule int
@@ -148,7 +150,7 @@ func (c *Client) startVote(ctx context.Context, rule voteRule, need int, v nodec
 // said "taken" again (acquisition.reask): if their keys were another
 // attempt's, that attempt has failed and taken them back.
 func (t *tally) splitFirstUse() bool {
-	return t.fresh >= t.need && t.taken > 0 && t.others == t.taken
+	return t.fresh+t.freshOK >= t.need && t.taken > 0 && t.others == t.taken
 }
 
 // replay returns node i's answer in t as a reply, for a vote that asks
@@ -248,6 +250,8 @@ func (t *tally) Record(ctx context.Context, r reply) {
 		}
 	case res.Outcome == OutcomeQuarantined && r.Epoch == epochNew:
 		t.fresh++
+	case res.Outcome == OutcomeGranted && r.Epoch == epochNew:
+		t.freshOK++
 	default:
 		t.others++
 		if res.Outcome == OutcomeTaken {
@@ -281,7 +285,7 @@ func (t *tally) Decided(answered int) bool {
 	// Lost. With why, only once a majority answered (the nodes' refusals
 	// decided it) or the nodes that failed are too many for one to answer
 	// (an outage): QuorumError tells ErrTaken from ErrNoQuorum by that.
-	return t.rule != decideWhy || t.fresh+t.others >= t.need || t.failed > n-t.need
+	return t.rule != decideWhy || t.fresh+t.freshOK+t.others >= t.need || t.failed > n-t.need
 }
 
 // Unanswered marks the nodes that had not answered when the clock or the

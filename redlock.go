@@ -109,10 +109,15 @@
 // key (OutcomeQuarantined) until a successful acquisition vouches for it or
 // the quarantine has passed. The guard holds while at most a minority of the
 // nodes lose their data within one quarantine and, counting them, at most a
-// minority is emptied or unreachable at once. It costs one small hash per key
-// and node (kept for the retention), and on a key's first use Acquire waits
-// for every node's answer, at most one per-node timeout (docs/fencing.md,
-// "The amnesia guard"). When several clients make a key's first use at once,
+// minority is emptied or unreachable at once. It also reads each node's
+// incarnation (run_id and a marker key, recorded on the other nodes) when it
+// connects: a node verified that way votes for a key's first use at once,
+// and a node that restarted or was flushed less than the longest TTL ago
+// (WithQuarantine) is quarantined as a whole (ErrQuarantined). For a node
+// whose incarnation cannot be read, a key's first use waits for every
+// node's answer, at most one per-node timeout. It costs one small hash per
+// key and node (kept for the retention) (docs/fencing.md, "The amnesia
+// guard"). When several clients make a key's first use at once,
 // the one whose grants are a majority asks the nodes that said "taken"
 // again, about a round trip later, once the others have taken their keys
 // back, and wins its one attempt, as with the guard off.
@@ -307,6 +312,9 @@ type Client struct {
 	ttlArg, retentionArg nodecall.MillisArgs
 	notify               notifier   // wakes waiting Acquire calls on release (notify.go)
 	health               healthView // what the node calls saw of each node (health.go)
+	// inc is every node's incarnation (incarnation.go); nil with the
+	// amnesia guard off.
+	inc *incTracker
 }
 
 // New returns a Client over the given go-redis clients, one per independent
@@ -415,6 +423,20 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 		if adjust != nil {
 			adjust(i, parsed[i])
 		}
+		if c.inc != nil {
+			// A new connection reads the node's run_id before any command
+			// is sent on it: a restart is seen at once (incarnation.go).
+			prev := parsed[i].OnConnect
+			parsed[i].OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+				if prev != nil {
+					if err := prev(ctx, cn); err != nil {
+						return err
+					}
+				}
+				c.inc.connected(i, ctx, cn)
+				return nil
+			}
+		}
 		rc := redis.NewClient(parsed[i])
 		n.Queue = nodecall.NewQueue(rc.Options().PoolSize, c.eng.Stopped(), ErrClosed)
 		rc.AddHook(n.Queue)
@@ -499,6 +521,9 @@ func newClient(nodes []*node, opts []Option) (*Client, error) {
 	c.eng.Answered = c.health.answered
 	c.eng.Init()
 	c.notify.c = c
+	if cfg.quarantine > 0 {
+		c.inc = newIncTracker(c)
+	}
 	return c, nil
 }
 

@@ -111,7 +111,9 @@ end
 // (an integer) when the key is taken; for a grant with the guard off or a
 // trusted epoch, the counter alone (an integer, 0 with fencing off); for a
 // grant that created the epoch just now, -2 - counter; for any other grant
-// with the guard on, {1, counter, epoch state, epoch age in ms}. Integers
+// with the guard on, {1, counter, epoch state, epoch age in ms}; either of
+// these last two, when the node has a marker (incarnation.go), is {1,
+// counter, epoch state, epoch age in ms, marker id}. Integers
 // spare the common replies an array (five allocations per node in go-redis's
 // reader).
 //
@@ -166,6 +168,12 @@ local st, age, created = epoch(KEYS[3], ARGV[1], q, r)
 if st == 0 then
   return c -- trusted
 end
+-- the node's marker (incarnation.go), read in the same call: a flush since
+-- the client read it shows here
+local m = redis.pcall('HGET', 'redlock:marker', 'id')
+if type(m) == 'string' then
+  return {1, c, st, age, m}
+end
 if created then
   return -2 - c -- created now: new
 end
@@ -178,6 +186,10 @@ const (
 	epochQuarantined = 1
 	epochNew         = 2
 	epochAged        = 3
+	// epochNodeQuarantined is no script's: the client's mark of a grant
+	// from a node quarantined as a whole (incarnation.go), whatever its
+	// epoch said.
+	epochNodeQuarantined = 4
 )
 
 // luaLiftAndVouch is what fenceScript and reputScript do once they know the

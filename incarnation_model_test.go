@@ -1,0 +1,455 @@
+package redlock
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A bounded, exhaustive model check of the per-node amnesia rule
+// (incarnation_rule.go): N nodes, two clients, a TTL of modelT ticks, up to
+// F faults. A fault is a restart (new run_id, uptime 0, every key, the
+// marker and the records on the node lost) or a flush (the same run_id,
+// the uptime goes on, keys, marker and records lost). An attempt by a
+// client reaches any non-empty subset of the nodes, atomically: it reads
+// their markers (creating missing ones), plans and writes the records by
+// the rule, sets the key where it is free, counts the votes the rule lets
+// count, and takes its keys back when they are not a majority. Ages are
+// clamped at the TTL, so the search covers unbounded time; the number of
+// attempts is bounded. The check fails if two clients ever hold the lock
+// at once.
+
+const (
+	modelT    = 3 // the TTL, in ticks
+	modelMaxN = 5
+)
+
+type mRec struct {
+	has       bool
+	run, mark uint8
+	done      bool
+}
+
+type mNode struct {
+	run       uint8
+	up        uint8 // uptime, clamped at modelT
+	marked    bool
+	mark, age uint8 // marker id and age (clamped)
+	key       uint8 // ticks left on the lock key; 0: none
+	recs      [modelMaxN]mRec
+}
+
+type mState struct {
+	nodes            [modelMaxN]mNode
+	held             [2]uint8 // ticks of validity left per client
+	faults, attempts uint8
+	nextRun, nextMk  uint8
+}
+
+type modelCfg struct {
+	n, faults, attempts int
+	rule                incRule
+	guard               bool // false: the unguarded lock
+}
+
+func (m *modelCfg) maj() int { return m.n/2 + 1 }
+
+// canon renames run_ids and marker ids by first occurrence (only their
+// equality matters) and sorts the clients, then hashes the state.
+func (m *modelCfg) canon(s *mState, seed maphash.Seed) [2]uint64 {
+	var runs, mks [32]uint8
+	nr, nm := uint8(0), uint8(0)
+	R := func(x uint8) uint8 {
+		if runs[x] == 0 {
+			nr++
+			runs[x] = nr
+		}
+		return runs[x]
+	}
+	M := func(x uint8) uint8 {
+		if mks[x] == 0 {
+			nm++
+			mks[x] = nm
+		}
+		return mks[x]
+	}
+	// Nodes are alike: they are taken in the order of a signature that
+	// does not depend on their index (ties in index order). A permuted
+	// state is the same system, so merging the states this maps together
+	// is sound; states it leaves apart are merely explored twice.
+	var sig [modelMaxN]uint32
+	var order [modelMaxN]int
+	for i := 0; i < m.n; i++ {
+		nd := &s.nodes[i]
+		rows, cols := uint32(0), uint32(0)
+		for j := 0; j < m.n; j++ {
+			if nd.recs[j].has {
+				rows += 1 + uint32(b2u(nd.recs[j].done))*8
+			}
+			if s.nodes[j].recs[i].has {
+				cols += 1 + uint32(b2u(s.nodes[j].recs[i].done))*8
+			}
+		}
+		sig[i] = uint32(nd.up)<<28 | uint32(nd.key)<<24 | uint32(b2u(nd.marked))<<23 | uint32(nd.age)<<20 | rows<<10 | cols
+		order[i] = i
+	}
+	slices.SortStableFunc(order[:m.n], func(a, b int) int { return cmp.Compare(sig[a], sig[b]) })
+	buf := make([]byte, 0, 128)
+	for _, i := range order[:m.n] {
+		nd := &s.nodes[i]
+		buf = append(buf, R(nd.run), nd.up, nd.key)
+		if nd.marked {
+			buf = append(buf, M(nd.mark), nd.age)
+		} else {
+			buf = append(buf, 0, 0)
+		}
+		for _, j := range order[:m.n] {
+			r := nd.recs[j]
+			if !r.has {
+				buf = append(buf, 0)
+				continue
+			}
+			d := uint8(0)
+			if r.done {
+				d = 1
+			}
+			buf = append(buf, 1, R(r.run), M(r.mark), d)
+		}
+	}
+	a, b := s.held[0], s.held[1]
+	if a > b {
+		a, b = b, a
+	}
+	buf = append(buf, a, b, s.faults) // attempts: see check
+	var h [2]uint64
+	h[0] = maphash.Bytes(seed, buf)
+	buf = binary.LittleEndian.AppendUint64(buf, 0x9e3779b97f4a7c15)
+	h[1] = maphash.Bytes(seed, buf)
+	return h
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (m *modelCfg) tick(s mState) mState {
+	for i := 0; i < m.n; i++ {
+		nd := &s.nodes[i]
+		nd.up = min(nd.up+1, modelT)
+		nd.age = min(nd.age+1, modelT)
+		if nd.key > 0 {
+			nd.key--
+		}
+	}
+	for c := range s.held {
+		if s.held[c] > 0 {
+			s.held[c]--
+		}
+	}
+	return s
+}
+
+func (m *modelCfg) fault(s mState, i int, restart bool) mState {
+	nd := &s.nodes[i]
+	if restart {
+		*nd = mNode{run: s.nextRun}
+		s.nextRun++
+	} else {
+		*nd = mNode{run: nd.run, up: nd.up}
+	}
+	s.faults++
+	return s
+}
+
+// attempt is client c's attempt reaching the nodes in the bit set S; it
+// reports whether it acquired.
+func (m *modelCfg) attempt(s mState, c int, S uint) (mState, bool) {
+	s.attempts++
+	in := func(i int) bool { return S&(1<<i) != 0 }
+	counted := 0
+	var granted [modelMaxN]bool
+	if !m.guard {
+		for i := 0; i < m.n; i++ {
+			if in(i) && s.nodes[i].key == 0 {
+				s.nodes[i].key = modelT
+				granted[i] = true
+				counted++
+			}
+		}
+	} else {
+		var self [modelMaxN]incID
+		for i := 0; i < m.n; i++ {
+			if !in(i) {
+				continue
+			}
+			nd := &s.nodes[i]
+			if !nd.marked {
+				nd.marked, nd.mark, nd.age = true, s.nextMk, 0
+				s.nextMk++
+			}
+			self[i] = incID{modelIDs[nd.run], modelIDs[nd.mark]}
+		}
+		recOf := func(j, i int) incRecord { // node j's record about node i
+			if !in(j) {
+				return incRecord{}
+			}
+			r := s.nodes[j].recs[i]
+			return incRecord{read: true, has: r.has, id: incID{modelIDs[r.run], modelIDs[r.mark]}, done: r.done}
+		}
+		others := func(i int) []int { return modelOthers[m.n][i] }
+		var plans [modelMaxN]incPlan
+		for i := 0; i < m.n; i++ { // plan on what was read, before any write
+			if !in(i) {
+				continue
+			}
+			nd := &s.nodes[i]
+			recs := make([]incRecord, 0, modelMaxN)
+			for _, j := range others(i) {
+				recs = append(recs, recOf(j, i))
+			}
+			plans[i] = m.rule.planIncarnation(self[i], m.rule.young(int64(nd.up), int64(nd.age), modelT), recs)
+		}
+		for i := 0; i < m.n; i++ {
+			if !in(i) {
+				continue
+			}
+			nd := &s.nodes[i]
+			for k, j := range others(i) {
+				if plans[i].write[k] {
+					s.nodes[j].recs[i] = mRec{has: true, run: nd.run, mark: nd.mark}
+				}
+			}
+		}
+		var counts [modelMaxN]bool
+		for i := 0; i < m.n; i++ {
+			if !in(i) {
+				continue
+			}
+			recs := make([]incRecord, 0, modelMaxN)
+			for _, j := range others(i) {
+				recs = append(recs, recOf(j, i))
+			}
+			ok, seal := m.rule.countIncarnation(self[i], plans[i].quarantine, recs)
+			for k, j := range others(i) {
+				if seal != nil && seal[k] {
+					s.nodes[j].recs[i].done = true
+				}
+			}
+			counts[i] = ok
+		}
+		for i := 0; i < m.n; i++ {
+			if in(i) && s.nodes[i].key == 0 {
+				s.nodes[i].key = modelT
+				granted[i] = true
+				if counts[i] {
+					counted++
+				}
+			}
+		}
+	}
+	if counted >= m.maj() {
+		s.held[c] = modelT
+		return s, true
+	}
+	for i := 0; i < m.n; i++ {
+		if granted[i] {
+			s.nodes[i].key = 0 // Redlock: a failed attempt takes its keys back
+		}
+	}
+	return s, false
+}
+
+// modelIDs names ids as one-byte strings, without allocating.
+var modelIDs = func() (ids [256]string) {
+	for i := range ids {
+		ids[i] = string([]byte{byte(i)})
+	}
+	return ids
+}()
+
+// modelOthers[n][i] lists the nodes other than i of n.
+var modelOthers = func() (o [modelMaxN + 1][modelMaxN][]int) {
+	for n := 1; n <= modelMaxN; n++ {
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				if j != i {
+					o[n][i] = append(o[n][i], j)
+				}
+			}
+		}
+	}
+	return o
+}()
+
+// describe says what action a (check's encoding) did.
+func (m *modelCfg) describe(a uint16) string {
+	switch {
+	case a == 0:
+		return "tick"
+	case a < 100:
+		if (a-1)%2 == 0 {
+			return fmt.Sprintf("node %d restarts", (a-1)/2)
+		}
+		return fmt.Sprintf("node %d is flushed", (a-1)/2)
+	}
+	a -= 100
+	c, S := a/64, a%64
+	var nodes []string
+	for i := 0; i < m.n; i++ {
+		if S&(1<<i) != 0 {
+			nodes = append(nodes, fmt.Sprint(i))
+		}
+	}
+	return fmt.Sprintf("client %c reaches {%s}", 'A'+c, strings.Join(nodes, ","))
+}
+
+// check explores every state reachable from a cluster just started and
+// returns the states seen and, on a violation, the trace leading to it.
+func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
+	seed := maphash.MakeSeed()
+	var s0 mState
+	for i := 0; i < m.n; i++ {
+		s0.nodes[i].run = uint8(i)
+	}
+	s0.nextRun = uint8(m.n)
+	type frame struct {
+		parent int32
+		act    uint16
+	}
+	type item struct {
+		s  mState
+		at int32
+	}
+	// A DFS over hashed states; the frames kept give the trace. A state is
+	// kept with the fewest attempts it was reached with: reached again with
+	// fewer, it is explored again (more attempts are left from it).
+	seen := map[[2]uint64]uint8{m.canon(&s0, seed): 0}
+	frames := []frame{{parent: -1}}
+	stack := []item{{s0, 0}}
+	trace := func(at int32, last uint16) []string {
+		out := []string{m.describe(last) + ": acquires while the other client holds the lock"}
+		for ; at > 0; at = frames[at].parent {
+			out = append(out, m.describe(frames[at].act))
+		}
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+		return out
+	}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		s, at := it.s, it.at
+		push := func(ns mState, act uint16) {
+			k := m.canon(&ns, seed)
+			if used, ok := seen[k]; ok && used <= ns.attempts {
+				return
+			}
+			if len(seen) >= limit {
+				t.Fatalf("model check: more than %d states", limit)
+			}
+			seen[k] = ns.attempts
+			frames = append(frames, frame{parent: at, act: act})
+			stack = append(stack, item{ns, int32(len(frames) - 1)})
+		}
+		push(m.tick(s), 0)
+		if int(s.faults) < m.faults {
+			for i := 0; i < m.n; i++ {
+				push(m.fault(s, i, true), uint16(1+2*i))
+				push(m.fault(s, i, false), uint16(2+2*i))
+			}
+		}
+		if int(s.attempts) >= m.attempts {
+			continue
+		}
+		for c := 0; c < 2; c++ {
+			if s.held[c] > 0 || (c == 1 && s.held[0] == 0) { // idle clients are alike
+				continue
+			}
+			for S := uint(1); S < 1<<m.n; S++ {
+				ns, ok := m.attempt(s, c, S)
+				act := uint16(100 + 64*c + int(S))
+				if ok && s.held[1-c] > 0 {
+					return len(seen), trace(at, act)
+				}
+				push(ns, act)
+			}
+		}
+	}
+	return len(seen), nil
+}
+
+func TestIncarnationRuleModel(t *testing.T) {
+	t.Parallel()
+	// 3 nodes with 1 fault: the states reached are the same with 6, 8 or
+	// more attempts (5,484): the bound cuts nothing, the check covers any
+	// number. 5 nodes with 2 faults: every trace of up to 2 attempts (49k
+	// states, seconds); REDLOCK_MODEL_DEEP=1 makes it 3 (958k states, over
+	// a minute under the race detector).
+	five := 2
+	if os.Getenv("REDLOCK_MODEL_DEEP") == "1" {
+		five = 3
+	}
+	cases := []struct {
+		name                string
+		n, faults, attempts int
+	}{
+		{"3 nodes, 1 fault", 3, 1, 8},
+		{"5 nodes, 2 faults", 5, 2, five},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: defaultIncRule, guard: true}
+			start := time.Now()
+			states, tr := m.check(t, 20_000_000)
+			if tr != nil {
+				t.Fatalf("two holders at once after:\n  %s", strings.Join(tr, "\n  "))
+			}
+			t.Logf("%s: holds over %d states (%v)", tc.name, states, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestIncarnationRuleModel_Broken checks that the model check catches the
+// weaker rules: each must end with two holders.
+func TestIncarnationRuleModel_Broken(t *testing.T) {
+	t.Parallel()
+	fewer := defaultIncRule
+	fewer.need = func(others int) int { return others / 2 } // records on fewer than a majority of the others
+	young := defaultIncRule
+	young.overwriteYoung = true
+	uptime := defaultIncRule
+	uptime.uptimeOnly = true
+	cases := []struct {
+		name                string
+		n, faults, attempts int
+		rule                incRule
+		guard               bool
+	}{
+		{"no guard", 3, 1, 4, defaultIncRule, false},
+		{"records on fewer than a majority", 5, 2, 2, fewer, true},
+		{"overwrite while young", 3, 1, 5, young, true},
+		{"young by uptime alone", 3, 1, 5, uptime, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: tc.rule, guard: tc.guard}
+			_, tr := m.check(t, 20_000_000)
+			if tr == nil {
+				t.Fatalf("the weaker rule %q was not caught", tc.name)
+			}
+			t.Logf("caught:\n  %s", strings.Join(tr, "\n  "))
+		})
+	}
+}

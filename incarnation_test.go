@@ -1,0 +1,224 @@
+package redlock_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/d3b93e30/redlock"
+)
+
+// syncBuf is a log sink safe for concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// incCluster is a cluster of n nodes that answer INFO server and memory
+// (EmulateInfo with policy), whose Client has read every node's
+// incarnation: it made one acquisition, and the checks it started ended.
+func incCluster(t *testing.T, n int, policy string, opts ...redlock.Option) (*cluster, *syncBuf) {
+	t.Helper()
+	logs := &syncBuf{}
+	opts = append([]redlock.Option{redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	c := newCluster(t, n, opts...)
+	for _, nd := range c.nodes {
+		if policy != "" {
+			nd.EmulateInfo(policy)
+		}
+	}
+	lock := c.acquire(t, t.Context(), "warm-up", 10*time.Second)
+	require.NoError(t, lock.Release(t.Context()))
+	synctest.Wait()
+	return c, logs
+}
+
+// requireStatus checks every node's incarnation status, in node order.
+func requireStatus(t *testing.T, c *cluster, want ...any) {
+	t.Helper()
+	got := redlock.Incarnations(c.rl)
+	require.Len(t, got, len(want))
+	for i, w := range want {
+		require.Equal(t, w, any(got[i].Status), "node %d: %+v", i, got[i])
+	}
+}
+
+// A fresh name's grants from nodes whose incarnation is verified count at
+// once: the acquisition does not wait for a slow node, where the per-key
+// rule (a node that answers no INFO) waits for its answer.
+func TestIncarnation_FreshNameDoesNotWaitForSlowNode(t *testing.T) {
+	for _, verified := range []bool{true, false} {
+		t.Run(map[bool]string{true: "verified", false: "unreadable"}[verified], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				policy := "noeviction"
+				if !verified {
+					policy = ""
+				}
+				c, _ := incCluster(t, 3, policy)
+				if verified {
+					requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
+				} else {
+					requireStatus(t, c, redlock.IncUnknown, redlock.IncUnknown, redlock.IncUnknown)
+				}
+				c.nodes[2].SlowAcquire(500 * time.Millisecond)
+				start := time.Now()
+				lock := c.acquire(t, t.Context(), "fresh-name", 10*time.Second)
+				took := time.Since(start)
+				// Fake time: only the slow node's delay (or its per-node
+				// timeout, whichever is first) takes any.
+				if verified {
+					require.Less(t, took, 50*time.Millisecond, "a fresh name waited for the slow node")
+				} else {
+					require.GreaterOrEqual(t, took, 50*time.Millisecond, "the per-key rule waits for every node")
+				}
+				require.NoError(t, lock.Release(t.Context()))
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// A flush of a verified node is seen at its next grant of a fresh name (the
+// marker came back different): the node is quarantined, an acquisition
+// that needed its vote fails with ErrQuarantined naming it and the time
+// left, and once its marker is as old as the longest TTL (the quarantine,
+// WithQuarantine) its votes count again. One log line each way.
+func TestIncarnation_FlushQuarantinesUntilTheLongestTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const bound = 2 * time.Minute // another process's longer TTL, stated here
+		c, logs := incCluster(t, 3, "noeviction", redlock.WithQuarantine(bound))
+		// Older than the bound before the flush: only the flush counts.
+		time.Sleep(bound)
+		c.nodes[0].m.FlushAll()
+		lock := c.acquire(t, t.Context(), "after-flush", 10*time.Second) // nodes 1 and 2 grant
+		require.NoError(t, lock.Release(t.Context()))
+		synctest.Wait()
+		requireStatus(t, c, redlock.IncQuarantined, redlock.IncVerified, redlock.IncVerified)
+		require.Equal(t, 1, logs.count("node quarantined"), logs.b.String())
+
+		c.nodes[1].Refuse()
+		_, err := c.rl.Acquire(t.Context(), "needs-node-0", 10*time.Second, redlock.WithRetry(redlock.NoRetry()))
+		require.ErrorIs(t, err, redlock.ErrQuarantined)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		qe := quorumError(t, err)
+		require.Equal(t, redlock.OutcomeQuarantined, qe.Nodes[0].Outcome)
+		require.Greater(t, qe.Nodes[0].QuarantineLeft, bound-time.Minute)
+		require.LessOrEqual(t, qe.Nodes[0].QuarantineLeft, bound)
+		synctest.Wait()
+
+		// A minute in: still quarantined (the default quarantine, one
+		// minute, would have let it vote: the stated bound holds it).
+		time.Sleep(time.Minute)
+		_, err = c.rl.Acquire(t.Context(), "needs-node-0", 10*time.Second, redlock.WithRetry(redlock.NoRetry()))
+		require.ErrorIs(t, err, redlock.ErrQuarantined)
+		synctest.Wait()
+
+		time.Sleep(bound - time.Minute)
+		// The first attempt after the quarantine checks the node again. Its
+		// new incarnation can be recorded only on node 2 (of the two other
+		// nodes, a majority is both): until node 1 is back the per-key
+		// rule decides for it.
+		_, _ = c.rl.Acquire(t.Context(), "needs-node-0", 10*time.Second, redlock.WithRetry(redlock.NoRetry()))
+		synctest.Wait()
+		requireStatus(t, c, redlock.IncUnknown, redlock.IncVerified, redlock.IncVerified)
+		require.Equal(t, 1, logs.count("quarantine ended"), logs.b.String())
+
+		c.nodes[1].Revive(t)
+		time.Sleep(time.Second)
+		lock = c.acquire(t, t.Context(), "needs-node-0-again", 10*time.Second)
+		require.NoError(t, lock.Release(t.Context()))
+		synctest.Wait()
+		requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
+		require.Equal(t, 1, logs.count("node quarantined"), logs.b.String())
+		require.Equal(t, 1, logs.count("quarantine ended"), logs.b.String())
+	})
+}
+
+// A node that may evict keys with a TTL is left to the per-key rule, with
+// one warning.
+func TestIncarnation_EvictingNodeWarnsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, logs := incCluster(t, 3, "noeviction")
+		c.nodes[1].EmulateInfo("allkeys-lru")
+		rl, err := redlock.New(c.clients(), redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		require.NoError(t, err)
+		defer rl.Close()
+		for range 3 {
+			lock, err := rl.Acquire(t.Context(), "k", 10*time.Second)
+			require.NoError(t, err)
+			require.NoError(t, lock.Release(t.Context()))
+			synctest.Wait()
+		}
+		got := redlock.Incarnations(rl)
+		require.Equal(t, redlock.IncVerified, got[0].Status)
+		require.Equal(t, redlock.IncUnknown, got[1].Status)
+		require.Contains(t, got[1].Reason, "allkeys-lru")
+		require.Equal(t, 1, logs.count("may evict lock keys"), logs.b.String())
+	})
+}
+
+// On the nodes Dial connects to, a restart that kept the data (and so the
+// marker) is seen by its new run_id, read on the first new connection
+// before any command runs there: the node is quarantined until its uptime
+// reaches the longest TTL.
+func TestIncarnation_DialSeesRestartByRunID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := &syncBuf{}
+		nodes := make([]*testNode, 3)
+		urls := make([]string, 3)
+		for i := range nodes {
+			nodes[i] = newTestNode(t, i)
+			nodes[i].EmulateInfo("noeviction")
+			urls[i] = "redis://" + nodes[i].addr
+		}
+		time.Sleep(2 * time.Minute) // every node is old
+		rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
+		}, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rl.Close()) }()
+		lock, err := rl.Acquire(t.Context(), "warm-up", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(t.Context()))
+		synctest.Wait()
+		for i, n := range redlock.Incarnations(rl) {
+			require.Equal(t, redlock.IncVerified, n.Status, "node %d", i)
+		}
+
+		// Node 0 restarts with its data: a new run_id, the same marker.
+		nodes[0].Refuse()
+		nodes[0].EmulateInfo("noeviction")
+		nodes[0].Revive(t)
+		for range 2 {
+			lock, err = rl.Acquire(t.Context(), "after-restart", 10*time.Second)
+			require.NoError(t, err) // nodes 1 and 2
+			require.NoError(t, lock.Release(t.Context()))
+			synctest.Wait()
+		}
+		got := redlock.Incarnations(rl)
+		require.Equal(t, redlock.IncQuarantined, got[0].Status, "%+v", got[0])
+		require.Equal(t, 1, logs.count("node restarted (new run_id)"), logs.b.String())
+		require.Equal(t, 1, logs.count("node quarantined"), logs.b.String())
+	})
+}
