@@ -17,17 +17,24 @@ import (
 	"github.com/d3b93e30/redlock/internal/nodecall"
 )
 
-// RWKey returns the writer key (before any WithKeyPrefix) of the read/write
-// lock name: "{name}:rw", or "name:rw" when name already has a Redis Cluster
-// hash tag. The lock's other keys sit beside it in the same hash slot:
-// "{name}:rw:fence" (the fencing counter), "{name}:rw:epoch" (the amnesia
-// guard), "{name}:rw:readers" (a sorted set of the readers' owner values by
-// expiry) and "{name}:rw:writers" (the waiting writers' intents). Do not
-// Acquire it yourself.
-func RWKey(name string) string { return SiblingKey(name, ":rw") }
+// RWReadersKey returns the key (before any WithKeyPrefix) of the readers
+// of the read/write lock name, a sorted set of their owner values by expiry:
+// "{name}:readers", or "name:readers" when name already has a Redis Cluster
+// hash tag. The writer is the key name itself, with the fencing counter and
+// the amnesia guard epoch of a mutex of that name, so a writer is a holder
+// of the mutex name: Client.Acquire on the name excludes readers and
+// writers, but (not checking the readers) is not excluded by readers; take
+// the write lock instead. The waiting writers' intents are "{name}:writers"
+// (RWWritersKey).
+func RWReadersKey(name string) string { return SiblingKey(name, ":readers") }
+
+// RWWritersKey returns the key (before any WithKeyPrefix) of the waiting
+// writers' intents of the read/write lock name, a sorted set by expiry:
+// "{name}:writers", or "name:writers" when name has a hash tag.
+func RWWritersKey(name string) string { return SiblingKey(name, ":writers") }
 
 // rwKeys returns the read/write lock's five keys on a node, in the order
-// the scripts take them, from its writer key (prefix included).
+// the scripts take them, from its name (prefix included).
 func rwKeys(w string) []string {
 	return []string{w, fenceKey(w), epochKey(w), SiblingKey(w, ":readers"), SiblingKey(w, ":writers")}
 }
@@ -91,7 +98,7 @@ func (c *Client) RWMutex(name string, opts ...Option) (*RWMutex, error) {
 	if _, err := checkKey(name, cfg.prefix); err != nil {
 		return nil, err
 	}
-	if _, err := checkKey(SiblingKey(RWKey(name), ":readers"), cfg.prefix); err != nil {
+	if _, err := checkKey(RWWritersKey(name), cfg.prefix); err != nil {
 		return nil, err
 	}
 	if cfg.minHold > 0 {
@@ -252,7 +259,7 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 	if err := cfg.checkLock(ttl); err != nil {
 		return nil, err
 	}
-	w, err := checkKey(RWKey(m.name), cfg.prefix)
+	w, err := checkKey(m.name, cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +370,9 @@ type rwAcq struct {
 	// per[i] is node i's refusal, written by its call before it returns.
 	per []rwRefusal
 
-	acq *tally // the vote, once decided
+	acq     *tally // the vote, once decided
+	voteCtx context.Context
+	unsure  bool // a node asked again (reask) did not answer
 
 	mu    sync.Mutex
 	state int32
@@ -410,8 +419,10 @@ func (m *RWMutex) attempt(ctx context.Context, mode string, keys []string, inten
 		a.decided = make(chan struct{})
 	}
 	voteCtx := c.eng.WithQueueBy(ctx, a.start.Add(ttl-Drift(ttl, cfg.driftFactor)-a.timeout-minValidity), a.decided)
+	a.voteCtx = voteCtx
 
 	acq := c.acquireVote(voteCtx, ctx, a.timeout, a.start.Add(ttl), a.shared, calls, a.grant, a.late)
+	acq = a.reask(acq, calls)
 	a.acq = acq
 	grants := a.count(acq)
 	refused := acq.taken > 0
@@ -496,11 +507,71 @@ func (a *rwAcq) grant(ctx context.Context, n *node) reply {
 	return r
 }
 
+// reask settles a split first use as acquisition.reask does: several
+// attempts made the first use of the name at once, this one got a majority
+// of grants on epochs created just now and "taken" elsewhere; the others
+// fail and take their holds back, so it asks those nodes again, with the
+// same owner value, up to reaskRounds times within one per-node timeout.
+func (a *rwAcq) reask(acq *tally, calls *voteCalls) *tally {
+	for round := 0; round < reaskRounds && a.quarantine > 0 && !a.unsure && acq.splitFirstUse(); round++ {
+		wait := time.Millisecond
+		for i, r := range acq.results {
+			wait = max(wait, r.Latency)
+			if r.Outcome == OutcomeTaken && !a.c.nodes[i].NoResend {
+				return acq
+			}
+		}
+		if time.Since(a.start)+wait >= a.timeout {
+			return acq
+		}
+		if sleepCtx(a.ctx, wait); a.ctx.Err() != nil {
+			return acq
+		}
+		acq = a.revote(acq, calls)
+	}
+	return acq
+}
+
+// revote is one round of reask (acquisition.revote): the nodes that said
+// "taken" in prev are asked again, the others' answers in prev stand.
+func (a *rwAcq) revote(prev *tally, calls *voteCalls) *tally {
+	c := a.c
+	again := make([]bool, len(c.nodes))
+	for i := range prev.results {
+		if prev.results[i].Outcome == OutcomeTaken {
+			again[i] = true
+			a.shared.calls.rearm(i)
+		}
+	}
+	ask := c.acquireOp(a.ctx, a.shared, nil, a.grant)
+	acq, over := c.voteAcquire(a.voteCtx, a.timeout, a.start.Add(a.ttl), func(ctx context.Context, n *node) reply {
+		if !again[n.Idx] {
+			return prev.replay(n.Idx)
+		}
+		return ask(ctx, n)
+	}, a.late)
+	calls.add(over)
+	for i, n := range c.nodes {
+		if again[i] && a.shared.calls.markLate(i) { // a straggler
+			n.AddLate(1)
+		}
+	}
+	for i := range acq.results {
+		switch {
+		case !again[i]:
+			acq.results[i].Latency = prev.results[i].Latency
+		case acq.results[i].Outcome != OutcomeGranted && acq.results[i].Outcome != OutcomeQuarantined && acq.results[i].Outcome != OutcomeTaken:
+			a.unsure = true
+		}
+	}
+	return acq
+}
+
 // count applies the amnesia guard's first-use rule (acquisition.countVotes):
 // fresh votes count when the name is new to the cluster. It returns every
 // node that granted in time, counted or not.
 func (a *rwAcq) count(acq *tally) []int {
-	if acq.brandNew() {
+	if acq.brandNew() && !a.unsure {
 		for i := range acq.results {
 			if acq.results[i].Outcome == OutcomeQuarantined && acq.epochs[i] == epochNew {
 				acq.results[i].Outcome, acq.results[i].QuarantineLeft = OutcomeGranted, 0

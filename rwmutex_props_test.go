@@ -137,9 +137,8 @@ func runRWSchedule(t *rapid.T) *rwModel {
 		}
 	}
 	time.Sleep(rwTTL + 1100*time.Millisecond) // every TTL, and the longest intent's life
-	w := redlock.RWKey("rw")
 	for i, nd := range m.nodes {
-		for _, k := range []string{w, w + ":readers", w + ":writers"} {
+		for _, k := range []string{"rw", redlock.RWReadersKey("rw"), redlock.RWWritersKey("rw")} {
 			if nd.Has(k) {
 				t.Fatalf("node %d keeps %s after every TTL passed", i, k)
 			}
@@ -159,11 +158,10 @@ func kind(h *rwHandle) string {
 // or its owner is a reader there whose expiry has not passed.
 func (m *rwModel) holdsOn(i int, h *rwHandle) bool {
 	nd := m.nodes[i]
-	w := redlock.RWKey("rw")
 	if !h.l.Shared() {
-		return nd.Value(w) == h.l.Owner()
+		return nd.Value("rw") == h.l.Owner()
 	}
-	score, err := nd.m.ZScore(w+":readers", h.l.Owner())
+	score, err := nd.m.ZScore(redlock.RWReadersKey("rw"), h.l.Owner())
 	return err == nil && score > float64(time.Now().UnixMilli())
 }
 

@@ -19,8 +19,7 @@ import (
 // waiting writers (the counter and the epoch stay for the retention, as a
 // mutex's do).
 func (c *cluster) rwKeysLeft(name string) int {
-	w := redlock.RWKey(name)
-	return c.holders(w) + c.holders(w+":readers") + c.holders(w+":writers")
+	return c.holders(name) + c.holders(redlock.RWReadersKey(name)) + c.holders(redlock.RWWritersKey(name))
 }
 
 // Many readers at once; a writer is refused while they hold, and readers
@@ -109,7 +108,7 @@ func TestRWMutex_WaitingWriterBlocksNewReaders(t *testing.T) {
 		w := <-got
 		assert.Greater(t, w.Token(), r1.Token())
 		synctest.Wait() // the withdrawal on the nodes that did not grant
-		assert.Zero(t, c.holders(redlock.RWKey("schema")+":writers"), "the writer's intent is gone")
+		assert.Zero(t, c.holders(redlock.RWWritersKey("schema")), "the writer's intent is gone")
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		assert.Zero(t, c.rwKeysLeft("schema"))
@@ -133,16 +132,16 @@ func TestRWMutex_IntentEnds(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrTaken)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		synctest.Wait()
-		assert.Zero(t, c.holders(redlock.RWKey("blob")+":writers"), "a writer that gave up withdrew its intent")
+		assert.Zero(t, c.holders(redlock.RWWritersKey("blob")), "a writer that gave up withdrew its intent")
 		r2, err := rw.TryRLock(ctx, ttl10s)
 		require.NoError(t, err)
 
 		// A crashed waiting writer: its intent is on every node, with the
 		// life the library gives it (max(TTL, 1 s)).
 		for _, nd := range c.nodes {
-			_, err := nd.m.ZAdd(redlock.RWKey("blob")+":writers", float64(time.Now().Add(time.Second).UnixMilli()), "crashed")
+			_, err := nd.m.ZAdd(redlock.RWWritersKey("blob"), float64(time.Now().Add(time.Second).UnixMilli()), "crashed")
 			require.NoError(t, err)
-			nd.m.SetTTL(redlock.RWKey("blob")+":writers", time.Second)
+			nd.m.SetTTL(redlock.RWWritersKey("blob"), time.Second)
 		}
 		_, err = rw.TryRLock(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrTaken)
@@ -170,16 +169,16 @@ func TestRWMutex_QuorumPerHolder(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
-		c.holdElsewhere(t, redlock.RWKey("obj"), ttl10s, 0, 1, 2)
+		c.holdElsewhere(t, "obj", ttl10s, 0, 1, 2)
 		_, err = rw.TryRLock(ctx, ttl10s)
 		require.ErrorIs(t, err, redlock.ErrTaken)
 		synctest.Wait()
-		assert.Zero(t, c.holders(redlock.RWKey("obj")+":readers"), "the failed reader was taken back")
+		assert.Zero(t, c.holders(redlock.RWReadersKey("obj")), "the failed reader was taken back")
 
 		for _, i := range []int{0, 1, 2} {
-			c.nodes[i].m.Del(redlock.RWKey("obj"))
+			c.nodes[i].m.Del("obj")
 		}
-		c.holdElsewhere(t, redlock.RWKey("obj"), ttl10s, 3, 4) // a minority only
+		c.holdElsewhere(t, "obj", ttl10s, 3, 4) // a minority only
 		r, err := rw.TryRLock(ctx, ttl10s)
 		require.NoError(t, err, "a minority's writer does not stop a reader")
 		require.NoError(t, r.Release(ctx))
@@ -292,5 +291,33 @@ func TestRWMutex_FencingRule(t *testing.T) {
 		require.NoError(t, res.Check(r2.Token()), "a reader after w3 carries w3's token")
 		require.ErrorIs(t, res.Check(w2.Token()), fencing.ErrStale)
 		require.NoError(t, r2.Release(ctx))
+	})
+}
+
+// The writer is a holder of the mutex of the same name: a Client.Acquire
+// holder of the name keeps readers and writers out, and a writer keeps
+// Client.Acquire out (the exclusive `redlock exec` relies on it).
+func TestRWMutex_WriterIsTheMutex(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3)
+		rw, err := c.rl.RWMutex("job")
+		require.NoError(t, err)
+		l, err := c.rl.TryAcquire(ctx, "job", ttl10s)
+		require.NoError(t, err)
+		_, err = rw.TryRLock(ctx, ttl10s)
+		require.ErrorIs(t, err, redlock.ErrTaken)
+		_, err = rw.TryLock(ctx, ttl10s)
+		require.ErrorIs(t, err, redlock.ErrTaken)
+		require.NoError(t, l.Release(ctx))
+
+		w, err := rw.TryLock(ctx, ttl10s)
+		require.NoError(t, err)
+		assert.Greater(t, w.Token(), l.Token(), "one token sequence for the mutex and the writer")
+		_, err = c.rl.TryAcquire(ctx, "job", ttl10s)
+		require.ErrorIs(t, err, redlock.ErrTaken)
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		assert.Zero(t, c.rwKeysLeft("job"))
 	})
 }

@@ -5,7 +5,7 @@ import "github.com/d3b93e30/redlock/internal/nodecall"
 // The scripts of the read/write lock (rwmutex.go). Each takes the lock's
 // five keys on a node, all in the name's hash slot (rwKeys):
 //
-//	KEYS[1]  the writer key: the writer's owner value, PX its TTL
+//	KEYS[1]  the writer key (the name, as a mutex's): the writer's owner value, PX its TTL
 //	KEYS[2]  the fencing counter, shared by readers and writers
 //	KEYS[3]  the amnesia guard's epoch (acquireScript's rules)
 //	KEYS[4]  the readers: a sorted set of owner value → expiry (node ms)
