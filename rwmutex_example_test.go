@@ -13,10 +13,10 @@ import (
 )
 
 // A cache is read by many workers at once and rebuilt by one alone. Readers
-// run under DoRead, the rebuild under DoWrite; the resource checks every
-// token, reads and writes alike, against the highest it has seen
-// (docs/fencing.md): a reader's token is the last writer's, so a read that
-// raced a newer rebuild is refused, as is a stale writer's rebuild.
+// run under DoRead, the rebuild under DoWrite; the cache checks every
+// token with a fencing.RWRegister (docs/fencing.md): a reader's token is
+// the last writer's, so a read that raced a newer rebuild is refused, as
+// is the rebuild of a writer that paused past its lock.
 func ExampleRWMutex_DoWrite() {
 	client, stop := dialNodes(3)
 	defer stop()
@@ -25,7 +25,7 @@ func ExampleRWMutex_DoWrite() {
 		log.Fatal(err)
 	}
 	var (
-		cache   fencing.Register // the cache's check of tokens
+		cache   fencing.RWRegister // the cache's check of tokens
 		version atomic.Int32
 		reading atomic.Int32
 		all     = make(chan struct{}) // closed once every reader reads
@@ -33,13 +33,14 @@ func ExampleRWMutex_DoWrite() {
 	)
 	rebuild := func() {
 		err := rw.DoWrite(context.Background(), 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
-			return cache.Do(lease.Token(), func() error {
-				if reading.Load() != 0 {
-					return fmt.Errorf("a reader is reading during the rebuild")
-				}
-				version.Add(1) // ... rebuild the cache ...
-				return nil
-			})
+			if err := cache.CheckWrite(lease.Token()); err != nil {
+				return err // a stale writer
+			}
+			if reading.Load() != 0 {
+				return fmt.Errorf("a reader is reading during the rebuild")
+			}
+			version.Add(1) // ... rebuild the cache ...
+			return nil
 		})
 		if err != nil {
 			log.Fatal(err)
@@ -49,7 +50,7 @@ func ExampleRWMutex_DoWrite() {
 	for range 6 { // 6 readers at once
 		wg.Go(func() {
 			err := rw.DoRead(context.Background(), 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
-				if err := cache.Check(lease.Token()); err != nil {
+				if err := cache.CheckRead(lease.Token()); err != nil {
 					return err // a newer rebuild happened: this read is stale
 				}
 				if reading.Add(1) == 6 {
