@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,7 +286,7 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 	defer func() { waiter.leave() }()
 	defer func() {
 		if posted {
-			m.unwait(ctx, keys, intent, cfg.timeoutFor(ttl))
+			m.unwait(ctx, keys, intent, cfg.timeoutFor(ttl), slices.Clone(calls.done))
 		}
 	}()
 	for attempt := 1; ; attempt++ {
@@ -332,13 +333,19 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 }
 
 // unwait withdraws a writer's intent from every node, in the background
-// (Close waits for it): on the nodes that granted the writer it is gone
-// already, and everywhere it expires by itself.
-func (m *RWMutex) unwait(ctx context.Context, keys []string, intent string, timeout time.Duration) {
+// (Close waits for it), once the calls of pending (the last attempt's
+// votes, each bounded by the per-node timeout) have ended: a straggler of
+// that attempt that found the lock taken posts the intent when it runs,
+// after the vote was decided. On the nodes that granted the writer it is
+// gone already, and everywhere it expires by itself.
+func (m *RWMutex) unwait(ctx context.Context, keys []string, intent string, timeout time.Duration, pending []<-chan struct{}) {
 	c := m.c
 	untrack := c.eng.Track()
 	go func() {
 		defer untrack()
+		for _, done := range pending {
+			<-done
+		}
 		var wg sync.WaitGroup
 		for _, n := range c.nodes {
 			wg.Go(func() {
@@ -386,8 +393,8 @@ type rwRefusal struct {
 
 // attempt makes one attempt: vote, count (the amnesia guard), write the
 // token back where needed, check the validity, hand out the Lock or clean
-// up. It also reports whether some node refused it (a waiting writer's
-// intent is then posted there).
+// up. It also reports whether some node did not grant it in time (a
+// waiting writer's intent may then be posted there).
 func (m *RWMutex) attempt(ctx context.Context, mode string, keys []string, intent string, ttl time.Duration, cfg config, calls *voteCalls) (*Lock, bool, error) {
 	c := m.c
 	owner, err := cfg.owner()
@@ -425,7 +432,9 @@ func (m *RWMutex) attempt(ctx context.Context, mode string, keys []string, inten
 	acq = a.reask(acq, calls)
 	a.acq = acq
 	grants := a.count(acq)
-	refused := acq.taken > 0
+	// A node that did not grant in time may have posted the intent, or
+	// may still (a straggler that finds the lock taken).
+	refused := acq.granted < len(c.nodes)
 	ok := acq.granted >= c.quorum
 	var (
 		cause error

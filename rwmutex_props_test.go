@@ -29,7 +29,8 @@ import (
 //     writer handed out before it began (the last writer it follows);
 //
 // and, at the end, that once every handle is released no node that stayed
-// up since a handle's acquisition began still holds it, and that once the
+// up since a handle's acquisition began still holds it, no node up all
+// along keeps a waiting writer's intent, and that once the
 // TTLs have passed no node keeps a writer key, a reader or a waiting writer.
 
 type rwModel struct {
@@ -134,6 +135,11 @@ func runRWSchedule(t *rapid.T) *rwModel {
 			if !m.down[i] && m.upset[i].Before(h.start) && m.holdsOn(i, h) {
 				t.Fatalf("node %d still holds the %s of token %d after its release", i, kind(h), h.l.Token())
 			}
+		}
+	}
+	for i, nd := range m.nodes {
+		if m.upset[i].IsZero() && nd.Has(redlock.RWWritersKey("rw")) {
+			t.Fatalf("node %d, up all along, keeps a waiting writer's intent once every Lock returned", i)
 		}
 	}
 	time.Sleep(rwTTL + 1100*time.Millisecond) // every TTL, and the longest intent's life
