@@ -13,8 +13,7 @@ import (
 
 // runRWScenarios runs every read/write scenario once on a fresh 5-node
 // cluster of backend: never a writer with another holder within their
-// validity, and the token rules hold; the stalled writer's late write is
-// refused by the fenced resource.
+// validity, and the token rules hold.
 func runRWScenarios(t *testing.T, backend Backend) {
 	for _, s := range RWScenarios() {
 		t.Run(s.Name, func(t *testing.T) {
@@ -27,9 +26,10 @@ func runRWScenarios(t *testing.T, backend Backend) {
 			t.Logf("%s: %d reads, %d writes, %d refused, %d past validity", s.Name, res.Reads, res.Writes, res.StaleRefused, res.StalePlain)
 			assert.Zero(t, res.Violations, "a writer held with another holder")
 			assert.Zero(t, res.TokenOrder, "a token out of order")
-			if s.Stall > 0 && res.StalePlain > 0 {
-				assert.Positive(t, res.StaleRefused, "the stalled writer's late write was refused")
-			}
+			// The stalled writer's late write is refused only when readers or
+			// a newer writer used the resource meanwhile (on a loaded machine
+			// nobody may have): StaleRefused is logged, the rule itself is
+			// TestRWMutex_FencingRule's and TestRWRegister's.
 			// A loaded machine may starve a trial: liveness is logged, not asserted.
 		})
 	}
