@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,18 @@ import (
 func runRWScenarios(t *testing.T, backend Backend) {
 	for _, s := range RWScenarios() {
 		t.Run(s.Name, func(t *testing.T) {
-			cluster := newCatalogueCluster(t, backend)
+			var cluster *Cluster
+			if backend != RedisServer || s.Fault == nil {
+				cluster = newCatalogueCluster(t, backend)
+			} else {
+				// rw-node-restart restarts a node with its data: redis-server
+				// needs persistence for that.
+				var err error
+				cluster, err = NewCluster(tctx(t, 10*time.Second), ClusterOptions{Backend: backend, Nodes: 5,
+					RedisBinary: redisserver.Require(t), Persistence: true})
+				require.NoError(t, err)
+				t.Cleanup(func() { assert.NoError(t, cluster.Close()) })
+			}
 			res, err := RunRW(context.Background(), cluster, s, nil, 7)
 			require.NoError(t, err)
 			for _, n := range res.Notes {
