@@ -149,7 +149,9 @@ type rwTrial struct {
 // RunRW runs one trial of s on cluster, with the mutant m unless it is nil.
 func RunRW(ctx context.Context, cluster *Cluster, s RWScenario, m *Mutant, seed uint64) (RWResult, error) {
 	n := s.Readers + s.Writers
-	w := Workload{Clients: n, TTL: s.TTL, NodeTimeout: catalogueNodeTimeout, Key: "rw-chaos", Quarantine: s.Quarantine}
+	// Twice the catalogue's per-node timeout: on a loaded machine the
+	// in-process nodes' replies under the race detector take most of 50 ms.
+	w := Workload{Clients: n, TTL: s.TTL, NodeTimeout: 2 * catalogueNodeTimeout, Key: "rw-chaos", Quarantine: s.Quarantine}
 	proxies := make([][]*Proxy, n)
 	addrs := make([][]string, n)
 	defer closeProxies(proxies)
