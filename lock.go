@@ -49,6 +49,9 @@ type Lock struct {
 	// each key's lock key, counter and epoch in turn, and Release and
 	// Extend send the multi-key scripts.
 	multi *multiKeys
+	// rw is set for a read/write lock's reader or writer (rwmutex.go): keys
+	// then holds its five keys, and Release and Extend send its scripts.
+	rw *rwHold
 	// state is shared by every handle of this lock: those Extend derives
 	// and nested (reentrant) handles; and by
 	// the acquisition's late replies.
@@ -388,7 +391,9 @@ func (l *Lock) release(ctx context.Context) (*tally, error) {
 	// This Client's waiters of the key that left and may still be
 	// subscribed: the release tells the next waiter instead (luaWakeNext).
 	skip := c.notify.leftChannels(l.keys[0])
-	if l.multi != nil {
+	if l.rw != nil {
+		call = l.rwReleaseCall(skip)
+	} else if l.multi != nil {
 		call = l.multiReleaseCall()
 	} else if call == nil && l.vouch {
 		call = releaseCall(releaseVouchScript, l.keys, l.keyArgs, skip, l.ownerArg, strconv.FormatUint(l.token, 10))
@@ -642,6 +647,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (*Lock, *tally, er
 	call := nodecall.NewScriptCallBoxed(extendScript, l.keys, l.keyArgs, l.ownerArg, c.ttlArg.Arg(ttl), c.retentionArg.Arg(l.cfg.retention))
 	if l.multi != nil {
 		call = l.multiExtendCall(ttl)
+	} else if l.rw != nil {
+		call = l.rwExtendCall(ttl)
 	}
 	t, _ := c.voteQuorum(ctx, timeout, func(ctx context.Context, n *node) reply {
 		code, err := call.Run(ctx, n).Int64()
@@ -693,8 +700,8 @@ var errLockEnded = errors.New("the lock was released or declared lost")
 // nodes put back are reported as granted in t.
 func (l *Lock) reput(ctx context.Context, t *tally, start time.Time, ttl, timeout time.Duration) {
 	c := l.client
-	if l.multi != nil {
-		return // a multi-key lock is not put back (MultiLock.Extend)
+	if l.multi != nil || l.rw != nil {
+		return // a multi-key or read/write lock is not put back (MultiLock.Extend, docs/rwlock.md)
 	}
 	gone := make(map[*node]bool)
 	for i, r := range t.results {

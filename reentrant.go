@@ -32,7 +32,7 @@ func withHeld(ctx context.Context, s *Lease) context.Context {
 // reentrant (AcquireMulti).
 func heldLease(ctx context.Context, c *Client, name string) *Lease {
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.outer {
-		if h.lease.client == c && h.lease.name == name && h.lease.Lock().multi == nil {
+		if h.lease.client == c && h.lease.name == name && h.lease.Lock().multi == nil && h.lease.Lock().rw == nil {
 			return h.lease
 		}
 	}

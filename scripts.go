@@ -475,4 +475,9 @@ var scripts = []luaScript{
 	{"multi-release", multiReleaseLua, multiReleaseScript},
 	{"multi-extend", multiExtendLua, multiExtendScript},
 	{"multi-fence", multiFenceLua, multiFenceScript},
+	{"rw-acquire", rwAcquireLua, rwAcquireScript},
+	{"rw-release", rwReleaseLua, rwReleaseScript},
+	{"rw-extend", rwExtendLua, rwExtendScript},
+	{"rw-fence", rwFenceLua, rwFenceScript},
+	{"rw-unwait", rwUnwaitLua, rwUnwaitScript},
 }

@@ -63,6 +63,15 @@ permit as to the lock. Every host must give the same N; 'redlock status --key'
 shows a permit by its key. --fence-env gives the permit's token, which
 increases from holder to holder of the same permit only.
 
+With --shared (the habit of 'flock -s'), COMMAND runs as a reader of the
+read/write lock KEY: any number of hosts with --shared run at once, while
+none runs without it. Without --shared (and without --min-hold or
+--permits), exec takes the read/write lock's write lock, which is the lock
+KEY itself, so it excludes older exec versions too: it waits for the
+readers to finish, and while it waits new readers wait behind it. Readers'
+holder records are not kept; --fence-env gives a reader the token of the
+last writer. --shared does not combine with --min-hold or --permits.
+
 COMMAND runs in a process group of its own under a small watchdog process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
 group, which gets SIGKILL if COMMAND is still running --grace later; then the
@@ -151,6 +160,7 @@ type execFlags struct {
 	quarantine       time.Duration
 	minHold          time.Duration
 	permits          int
+	shared           bool
 	releaseOnFailure bool
 	fenceEnv         string
 	busyExit         int
@@ -175,6 +185,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.IntVar(&f.permits, "permits", 1, "run COMMAND on at most this many hosts at once: KEY names a semaphore of that many permits (see above)")
+	fs.BoolVar(&f.shared, "shared", false, "run COMMAND as a reader of the read/write lock KEY, beside other readers (see above)")
 	fs.BoolVar(&f.releaseOnFailure, "release-on-failure", false, "with --min-hold: release at once when COMMAND fails, so that a waiting host runs the tick again")
 	fs.StringVar(&f.fenceEnv, "fence-env", "", "put the lock's fencing token in COMMAND's environment under this name")
 	fs.IntVar(&f.busyExit, "busy-exit", exitBusy, "exit status when the lock is busy")
@@ -231,6 +242,8 @@ func (f execFlags) check() error {
 	switch {
 	case f.releaseOnFailure && f.minHold == 0:
 		return errors.New("--release-on-failure needs --min-hold (without it the lock is always released when COMMAND ends)")
+	case f.shared && (f.minHold > 0 || f.permits > 1):
+		return errors.New("--shared does not combine with --min-hold or --permits")
 	case f.permits < 1 || f.permits > redlock.MaxPermits:
 		return fmt.Errorf("--permits %d must be in 1..%d", f.permits, redlock.MaxPermits)
 	case f.busyExit < 0 || f.busyExit > 255:
@@ -469,7 +482,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	written := make(chan struct{})
 	beside.Go(func() {
 		defer close(written)
-		conns.writeHolder(bg, f.key, who, f.ttl)
+		if !f.shared { // readers share the lock: no one holder to record (refresh and delete find none of theirs)
+			conns.writeHolder(bg, f.key, who, f.ttl)
+		}
 	})
 	deleteHolder := func() {
 		<-written // else the write could land after the delete
@@ -625,10 +640,28 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 	return lock, 0
 }
 
-// acquireKey takes the lock on --key, or with --permits one permit of the
-// semaphore --key, retrying while busy until --wait has passed.
+// acquireKey takes the lock on --key (the write lock of the read/write lock
+// --key, or a read lock with --shared; the plain lock with --min-hold), or
+// with --permits one permit of the semaphore --key, retrying while busy
+// until --wait has passed.
 func acquireKey(ctx context.Context, client *redlock.Client, f execFlags) (*redlock.Lock, error) {
 	retry := redlock.WithRetry(retryWithin(f.wait))
+	if f.permits <= 1 && f.minHold == 0 {
+		// The read/write lock's writer is the lock on f.key itself.
+		rw, err := client.RWMutex(f.key)
+		if err != nil {
+			return nil, err
+		}
+		lock := rw.Lock
+		if f.shared {
+			lock = rw.RLock
+		}
+		l, err := lock(ctx, f.ttl, retry)
+		if err != nil {
+			return nil, err
+		}
+		return l.Lock, nil
+	}
 	if f.permits <= 1 {
 		return client.Acquire(ctx, f.key, f.ttl, retry)
 	}
