@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
 	"sort"
@@ -125,11 +127,21 @@ type SoakOptions struct {
 	// Hold is how long an acquire, try, semaphore or multi holder works;
 	// 0 means 20 ms. Do and elect hold for TTL/2.
 	Hold time.Duration
+	// Think is the mean pause of a client between two operations (drawn
+	// from 0 to 2 × Think), as a worker between two jobs; 0 means 2 s.
+	// With a thousand clients on a shared machine it keeps the offered
+	// load below what the machine can serve: without it every call waits
+	// behind the others until the TTLs are spent, and nothing is
+	// acquired at all.
+	Think time.Duration
 	// Mix weighs the operations; nil means DefaultSoakMix.
 	Mix map[SoakOp]int
 	// FaultEvery is the time from one fault of the schedule to the next;
 	// 0 means 5 s. Faults never overlap: each is undone before the next.
 	FaultEvery time.Duration
+	// NoPersistence runs the servers without their AOF: a kill-restart
+	// then loses the node's data as kill-amnesia does.
+	NoPersistence bool
 	// NoFaults runs the load without a fault schedule.
 	NoFaults bool
 	// Unsafe adds the documented-unsafe faults to the schedule; what the
@@ -170,6 +182,7 @@ func (o SoakOptions) withDefaults() (SoakOptions, error) {
 	defD(&o.Duration, 10*time.Minute)
 	defD(&o.TTL, time.Second)
 	defD(&o.Hold, 20*time.Millisecond)
+	defD(&o.Think, 2*time.Second)
 	defD(&o.FaultEvery, 5*time.Second)
 	defD(&o.SampleEvery, 10*time.Second)
 	if o.Mix == nil {
@@ -180,7 +193,7 @@ func (o SoakOptions) withDefaults() (SoakOptions, error) {
 		return o, fmt.Errorf("chaos: soak needs at least 1 client, conn, key and pooled connection (got %d, %d, %d, %d)", o.Clients, o.Conns, o.Keys, o.PoolSize)
 	case o.Nodes < 3:
 		return o, fmt.Errorf("chaos: soak needs at least 3 nodes (its faults hit a minority), got %d", o.Nodes)
-	case o.Duration < 0 || o.Hold < 0 || o.FaultEvery < 0 || o.SampleEvery < 0:
+	case o.Duration < 0 || o.Hold < 0 || o.Think < 0 || o.FaultEvery < 0 || o.SampleEvery < 0:
 		return o, errors.New("chaos: soak durations must not be negative")
 	case o.TTL < 100*time.Millisecond:
 		return o, fmt.Errorf("chaos: soak TTL %v is below 100 ms", o.TTL)
@@ -314,6 +327,9 @@ type SoakReport struct {
 	Clocks  string        // how the nodes' clocks moved (Cluster.Clocks)
 	Elapsed time.Duration // how long the clients ran
 	Ops     map[SoakOp]SoakOpStats
+	// FailureReasons counts the failed acquisitions by why they failed
+	// (failReason).
+	FailureReasons map[string]int
 	// Counts are the oracles' findings outside the unsafe faults' windows;
 	// Unsafe those inside (only with SoakOptions.Unsafe).
 	Counts, Unsafe SoakCounts
@@ -375,6 +391,7 @@ type soakRun struct {
 	unsafeAt [][2]time.Duration // windows whose findings count as unsafe
 	errs     []string
 	ferrs    []string
+	reasons  map[string]int
 	counts   SoakCounts
 	unsafe   SoakCounts
 
@@ -421,7 +438,7 @@ func Soak(ctx context.Context, opt SoakOptions) (SoakReport, error) {
 	rep := SoakReport{Options: opt, GoroutinesBefore: runtime.NumGoroutine(),
 		ConnBound: opt.Conns*opt.PoolSize + opt.Clients + 50}
 
-	cluster, err := NewCluster(ctx, ClusterOptions{Backend: RedisServer, Nodes: opt.Nodes, Persistence: true, RedisBinary: opt.RedisBinary})
+	cluster, err := NewCluster(ctx, ClusterOptions{Backend: RedisServer, Nodes: opt.Nodes, Persistence: !opt.NoPersistence, RedisBinary: opt.RedisBinary})
 	if err != nil {
 		return rep, err
 	}
@@ -433,7 +450,7 @@ func Soak(ctx context.Context, opt SoakOptions) (SoakReport, error) {
 	}()
 	rep.Clocks = cluster.Clocks()
 	r := &soakRun{opt: opt, cluster: cluster, judges: map[string]*keyJudge{},
-		acquired: map[SoakOp]int{}, fails: map[SoakOp]int{}}
+		acquired: map[SoakOp]int{}, fails: map[SoakOp]int{}, reasons: map[string]int{}}
 	if err := r.connect(ctx, mutant); err != nil {
 		return rep, err
 	}
@@ -530,11 +547,18 @@ func (r *soakRun) connect(ctx context.Context, mutant *Mutant) error {
 	return nil
 }
 
+// soakDialTimeout bounds one dial of a soak client to a node. The chaos
+// trials' 100 ms is too short on a loaded machine with thousands of
+// clients: go-redis stops dialing a node for a second after PoolSize failed
+// dials, and the soak's clients then lose that node's votes over and over.
+const soakDialTimeout = time.Second
+
 // soakDial returns a redlock client over addrs whose node connections are
-// made as Cluster.Client's but with a pool of at most pool connections per
-// node and 4 KiB buffers: a soak's thousands of concurrent calls would
-// otherwise open a connection (with 64 KiB of buffers) per call in flight.
-// A call waits for a free connection before its per-node timeout starts.
+// made as Cluster.Client's but with a 1 s dial timeout (soakDialTimeout), a
+// pool of at most pool connections per node and 4 KiB buffers: a soak's
+// thousands of concurrent calls would otherwise open a connection (with 64
+// KiB of buffers) per call in flight. A call waits for a free connection
+// before its per-node timeout starts.
 func soakDial(addrs []string, hook redis.Hook, opts []redlock.Option, pool int) (client, error) {
 	conns := make([]redis.UniversalClient, len(addrs))
 	closeConns := func() {
@@ -546,9 +570,10 @@ func soakDial(addrs []string, hook redis.Hook, opts []redlock.Option, pool int) 
 	}
 	for i, a := range addrs {
 		rc := redlock.NewNodeClient(a, func(o *redis.Options) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = clientDialTimeout, clientIOTimeout, clientIOTimeout
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = soakDialTimeout, clientIOTimeout, clientIOTimeout
 			o.PoolSize = pool
 			o.ReadBufferSize, o.WriteBufferSize = 4<<10, 4<<10
+			o.Dialer = lingerlessDial
 		})
 		if hook != nil {
 			rc.AddHook(hook)
@@ -564,6 +589,24 @@ func soakDial(addrs []string, hook redis.Hook, opts []redlock.Option, pool int) 
 		_ = c.Close()
 		closeConns()
 	}}, nil
+}
+
+// lingerlessDial dials a node connection whose Close resets it instead of
+// leaving it in TIME_WAIT for a minute. go-redis closes a connection whose
+// call was cut short (a vote decided without a straggler, a per-node
+// timeout), so a soak closes a few connections per acquisition; at a
+// hundred acquisitions a second their TIME_WAIT sockets exhaust the
+// loopback's ephemeral ports within a minute, and every dial then stalls.
+func lingerlessDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return c, nil
 }
 
 // keyName is the name of lock key k.
@@ -633,10 +676,31 @@ func firstLine(s string) string {
 	return line
 }
 
-// done records the outcome of one acquisition call of op.
-func (r *soakRun) done(op SoakOp, ok bool, latency time.Duration) {
+// failReason says why an acquisition failed, in a few words.
+func failReason(err error) string {
+	var qe *redlock.QuorumError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return "gave up waiting (2 × TTL)"
+	case errors.Is(err, redlock.ErrTaken):
+		return "held by another client"
+	case errors.Is(err, redlock.ErrNoQuorum):
+		return "too few nodes answered"
+	case errors.As(err, &qe):
+		return "no majority granted"
+	}
+	return firstLine(err.Error())
+}
+
+// done records the outcome of one acquisition call of op; err is why it
+// failed.
+func (r *soakRun) done(op SoakOp, err error, latency time.Duration) {
+	ok := err == nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !ok && len(r.reasons) < 50 {
+		r.reasons[failReason(err)]++
+	}
 	if ok {
 		r.acquired[op]++
 		r.secAcq++
@@ -785,6 +849,7 @@ func (r *soakRun) finish(rep *SoakReport) {
 		}
 	}
 	rep.Counts, rep.Unsafe = r.counts, r.unsafe
+	rep.FailureReasons = maps.Clone(r.reasons)
 	rep.Faults = slices.Clone(r.faults)
 	rep.Errors = slices.Clone(r.errs)
 	rep.FaultErrors = slices.Clone(r.ferrs)

@@ -19,8 +19,8 @@ func (r *soakRun) clientLoop(ctx context.Context, i int) {
 	rng := rand.New(rand.NewPCG(r.opt.Seed, uint64(i)+1))
 	c := r.clients[i%len(r.clients)].Client
 	k := i % r.opt.Keys
-	// Start spread over the first second, not all at once.
-	sleepCtx(ctx, time.Duration(rng.Int64N(int64(time.Second))))
+	// Start spread over the first think time, not all at once.
+	sleepCtx(ctx, time.Duration(rng.Int64N(int64(r.opt.Think)+1)))
 	for ctx.Err() == nil {
 		op := pickOp(rng, r.opt.Mix)
 		switch op {
@@ -35,8 +35,8 @@ func (r *soakRun) clientLoop(ctx context.Context, i int) {
 		case SoakElect:
 			r.electOp(ctx, c, i, k)
 		}
-		// A short pause between two operations, as a worker between jobs.
-		sleepCtx(ctx, time.Duration(rng.Int64N(int64(r.opt.Hold)+1)))
+		// A pause between two operations, as a worker between jobs.
+		sleepCtx(ctx, time.Duration(rng.Int64N(2*int64(r.opt.Think)+1)))
 	}
 }
 
@@ -46,7 +46,7 @@ func (r *soakRun) failed(ctx context.Context, op SoakOp, err error, latency time
 	if ctx.Err() != nil {
 		return // the soak's end, not a failure
 	}
-	r.done(op, false, latency)
+	r.done(op, err, latency)
 	if errors.Is(err, redlock.ErrInvalidArgument) {
 		r.addErr(fmt.Sprintf("%s: %v", op, err))
 	}
@@ -119,7 +119,7 @@ func (r *soakRun) lockOp(ctx context.Context, c *redlock.Client, i, k int, op So
 		r.failed(ctx, op, err, latency)
 		return
 	}
-	r.done(op, true, latency)
+	r.done(op, nil, latency)
 	h := r.judge(key).acquired(i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency)
 	if op == SoakAcquire && r.takePause() {
 		sleepCtx(ctx, 2*r.opt.TTL)
@@ -140,7 +140,7 @@ func (r *soakRun) doOp(ctx context.Context, c *redlock.Client, i, k int) {
 	err := c.Do(ctx, key, r.opt.TTL, func(lctx context.Context, lease *redlock.Lease) error {
 		acquired = true
 		latency := time.Since(start)
-		r.done(SoakDo, true, latency)
+		r.done(SoakDo, nil, latency)
 		lock := lease.Lock()
 		h := r.judge(key).acquired(i, lock.Token(), lock.AcquiredAt(), lock.ValidUntil(), latency)
 		r.work(ctx, h, lock.Token(), r.opt.TTL/2, leaseLive(lctx, lease, h))
@@ -184,7 +184,7 @@ func (r *soakRun) semOp(ctx context.Context, c *redlock.Client, i, k int) {
 		r.failed(ctx, SoakSemaphore, err, latency)
 		return
 	}
-	r.done(SoakSemaphore, true, latency)
+	r.done(SoakSemaphore, nil, latency)
 	h := r.judge(p.Key()).acquired(i, p.Token(), p.AcquiredAt(), p.ValidUntil(), latency)
 	r.work(ctx, h, p.Token(), r.opt.Hold, func() bool { return time.Now().Before(p.ValidUntil()) })
 	r.released(SoakSemaphore, p.Release(context.WithoutCancel(ctx)))
@@ -202,7 +202,7 @@ func (r *soakRun) multiOp(ctx context.Context, c *redlock.Client, i, k int) {
 	err := c.DoMulti(ctx, keys, r.opt.TTL, func(lctx context.Context, lease *redlock.Lease) error {
 		acquired = true
 		latency := time.Since(start)
-		r.done(SoakMulti, true, latency)
+		r.done(SoakMulti, nil, latency)
 		ml := lease.MultiLock()
 		holds := make([]*soakHold, len(keys))
 		tokens := make([]uint64, len(keys))
@@ -252,7 +252,7 @@ func (r *soakRun) electOp(ctx context.Context, c *redlock.Client, i, k int) {
 		r.failed(ctx, SoakElect, err, latency)
 		return
 	}
-	r.done(SoakElect, true, latency)
+	r.done(SoakElect, nil, latency)
 	lock := l.Lease().Lock()
 	h := r.judge(lock.Key()).acquired(i, l.Term(), lock.AcquiredAt(), lock.ValidUntil(), latency)
 	r.work(ctx, h, l.Term(), r.opt.TTL/2, leaseLive(l.Context(), l.Lease(), h))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -40,6 +41,15 @@ func WriteSoakSummary(w io.Writer, r SoakReport) error {
 		fmt.Fprintf(tw, "per second\t%.0f\t%.0f\t\n", float64(total.Acquired)/sec, float64(total.Failed)/sec)
 	}
 	tw.Flush()
+	if len(r.FailureReasons) > 0 {
+		reasons := slices.Sorted(maps.Keys(r.FailureReasons))
+		slices.SortStableFunc(reasons, func(a, b string) int { return r.FailureReasons[b] - r.FailureReasons[a] })
+		b.WriteString("failed because:")
+		for _, k := range reasons {
+			fmt.Fprintf(&b, " %s %d;", k, r.FailureReasons[k])
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
