@@ -860,6 +860,9 @@ func (r *soakRun) finish(rep *SoakReport) {
 	}
 }
 
+// soakWarmUp is the shortest warm-up of the growth bounds.
+const soakWarmUp = 30 * time.Second
+
 // Slack of the growth bounds: what a sample may exceed the warm-up's
 // largest by, on top of half of it.
 const (
@@ -868,7 +871,8 @@ const (
 )
 
 // boundLeaks checks the samples: after warm-up (the samples of the first
-// fifth of the run, at least one, after the one taken at the start), goroutines and heap stay within 1.5 × the
+// fifth of the run and at least of its first 30 s, after the one taken at
+// the start; a shorter run is not checked for growth), goroutines and heap stay within 1.5 × the
 // warm-up's largest plus a slack (goroutineSlack, heapSlack), and no node
 // ever had more than bound connections (maxConns gets the most seen). It
 // returns the bounds that failed.
@@ -886,8 +890,17 @@ func boundLeaks(samples []SoakSample, bound int, maxConns *int) []string {
 		return out
 	}
 	// The first sample is taken as the clients start: warm-up is the
-	// samples after it in the first fifth of the run.
-	warm := 1 + max(1, len(samples)/5)
+	// samples after it in the first fifth of the run, and at least its
+	// first 30 s (the pools, the leases and the judges' windows fill up).
+	last := samples[len(samples)-1].T
+	warmEnd := max(last/5, soakWarmUp)
+	warm := 1
+	for warm < len(samples) && samples[warm].T <= warmEnd {
+		warm++
+	}
+	if warm == len(samples) {
+		return out // too short a run to see growth
+	}
 	var g int
 	var h uint64
 	for _, s := range samples[1:warm] {

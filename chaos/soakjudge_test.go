@@ -95,3 +95,26 @@ func TestKeyJudge_AcrossWindows(t *testing.T) {
 		})
 	})
 }
+
+// The resource bounds: flat samples pass; goroutines or heap that keep
+// growing after warm-up, or a node over the connection bound, fail; a run
+// shorter than the warm-up is only checked for connections.
+func TestBoundLeaks(t *testing.T) {
+	samples := func(g func(i int) int, h func(i int) uint64) []SoakSample {
+		var out []SoakSample
+		for i := range 30 {
+			out = append(out, SoakSample{T: time.Duration(i) * 10 * time.Second, Goroutines: g(i), HeapBytes: h(i), Conns: []int{100, 100}})
+		}
+		return out
+	}
+	flat := func(int) int { return 1000 }
+	flatH := func(int) uint64 { return 50 << 20 }
+	var maxConns int
+	assert.Empty(t, boundLeaks(samples(flat, flatH), 200, &maxConns))
+	assert.Equal(t, 100, maxConns)
+	assert.Len(t, boundLeaks(samples(func(i int) int { return 1000 + 100*i }, flatH), 200, &maxConns), 1, "goroutines growing")
+	assert.Len(t, boundLeaks(samples(flat, func(i int) uint64 { return uint64(50+10*i) << 20 }), 200, &maxConns), 1, "heap growing")
+	assert.Len(t, boundLeaks(samples(flat, flatH), 99, &maxConns), 60, "every sample over the connection bound, on both nodes")
+	short := samples(func(i int) int { return 1000 + 100*i }, flatH)[:3]
+	assert.Empty(t, boundLeaks(short, 200, &maxConns), "20 s: no growth check")
+}
