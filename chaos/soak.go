@@ -347,9 +347,11 @@ type SoakReport struct {
 	// before the cluster started and after every client was closed.
 	GoroutinesBefore, GoroutinesAfter int
 	// ConnBound is the most connections a node may see: Conns × PoolSize
-	// pooled ones, one pub/sub connection (release notices, an election's
-	// watch) per goroutine, and 50 for the harness's own and connections
-	// still closing; MaxConns the most any sample saw.
+	// pooled ones and as many again still closing (a connection go-redis
+	// dropped is closed on the node's side by the fault proxy a moment
+	// later), one pub/sub connection (release notices, an election's watch)
+	// per goroutine, and 50 for the harness's own; MaxConns the most any
+	// sample saw.
 	ConnBound, MaxConns int
 	// Leaks lists the resource bounds that failed (goroutines or heap
 	// growing after warm-up, connections over ConnBound, goroutines left
@@ -436,7 +438,7 @@ func Soak(ctx context.Context, opt SoakOptions) (SoakReport, error) {
 	progress := opt.Progress
 	opt.Progress = nil
 	rep := SoakReport{Options: opt, GoroutinesBefore: runtime.NumGoroutine(),
-		ConnBound: opt.Conns*opt.PoolSize + opt.Clients + 50}
+		ConnBound: 2*opt.Conns*opt.PoolSize + opt.Clients + 50}
 
 	cluster, err := NewCluster(ctx, ClusterOptions{Backend: RedisServer, Nodes: opt.Nodes, Persistence: !opt.NoPersistence, RedisBinary: opt.RedisBinary})
 	if err != nil {

@@ -53,6 +53,10 @@ func TestSoak_MutantCaught(t *testing.T) {
 	}
 	opt := soakSmoke(t)
 	opt.Mutant = "release-without-owner-check"
+	// More clients to a key and less time between their attempts than the
+	// smoke: the mutant shows where an attempt fails and cleans up, or a
+	// paused holder comes back, on a key another client holds.
+	opt.Keys, opt.Think = 4, 200*time.Millisecond
 	rep, err := Soak(context.Background(), opt)
 	require.NoError(t, err)
 	var sb strings.Builder
