@@ -30,6 +30,8 @@ Usage:
                                run COMMAND on the elected leader of several replicas;
                                stop it when leadership is lost, campaign again
   redlock status [flags]       show a lock's state on every node
+  redlock soak   [flags]       many clients on many keys for minutes while nodes fail;
+                               nothing may overlap, leak or be left (starts redis-servers)
 
 Run 'redlock SUBCOMMAND --help' for the flags and an example, and
 'redlock --version' for the version.
@@ -65,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runElect(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
+	case "soak":
+		return runSoak(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
