@@ -172,12 +172,8 @@ func (h *healthView) up(i int, now time.Time) {
 		n.downSince = time.Time{}
 	}
 	if now.Before(n.quarantine) { // set while the node was down
-		n.state.Store(int32(HealthQuarantined))
-		h.logger.Warn("redlock: node quarantined", "node", h.names[i], "until", n.quarantine)
+		n.state.Store(int32(HealthQuarantined)) // the amnesia guard logged it
 		return
-	}
-	if was == HealthQuarantined {
-		h.logger.Info("redlock: node's quarantine ended", "node", h.names[i])
 	}
 	n.quarantine = time.Time{}
 	n.state.Store(int32(HealthUp))

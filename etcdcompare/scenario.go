@@ -111,6 +111,9 @@ func Catalogue() []Scenario {
 		"and a preloaded clock library cannot reach a Go binary, whose runtime reads the clock through the vDSO. " +
 		"Like Redlock's nodes, the leader must still measure time at about the right rate: a leader clock running " +
 		"fast would expire leases early, which no in-process member can be made to do, so it is not measured"
+	const dataLossNA = "not applicable: an etcd member has no command that empties its data or " +
+		"rolls it back while it keeps its place in the cluster; a member with a lost or stale " +
+		"log is removed and added back as a new member (see amnesia-unguarded)"
 	const amnesiaNA = "not applicable: a member restarted without its data cannot rejoin as itself " +
 		"(raft panics: its log is behind what the leader knows it committed); the supported " +
 		"path (member remove, wipe, member add) makes it a new member that catches up from " +
@@ -223,6 +226,12 @@ func Catalogue() []Scenario {
 		},
 		{Scenario: chaos.Scenario{Name: "amnesia-unguarded"}, Redlock: "amnesia-unguarded", NotApplicable: amnesiaNA},
 		{Scenario: chaos.Scenario{Name: "amnesia-guarded"}, Redlock: "amnesia-guarded", NotApplicable: amnesiaNA},
+		{Scenario: chaos.Scenario{Name: "amnesia-two-restarts"}, Redlock: "amnesia-two-restarts", NotApplicable: amnesiaNA},
+		{Scenario: chaos.Scenario{Name: "flush-then-restart"}, Redlock: "flush-then-restart", NotApplicable: dataLossNA},
+		{Scenario: chaos.Scenario{Name: "stale-restarts"}, Redlock: "stale-restarts", NotApplicable: dataLossNA},
+		{Scenario: chaos.Scenario{Name: "node-replaced"}, Redlock: "node-replaced", NotApplicable: amnesiaNA},
+		{Scenario: chaos.Scenario{Name: "key-evicted"}, Redlock: "key-evicted", NotApplicable: "not applicable: etcd never evicts a key; a member out of space refuses writes (NOSPACE) instead"},
+		{Scenario: chaos.Scenario{Name: "majority-flushed"}, Redlock: "majority-flushed", NotApplicable: dataLossNA},
 		{Scenario: chaos.Scenario{Name: "churn-guarded"}, Redlock: "churn-guarded", NotApplicable: "not applicable: the amnesia restarts are (see amnesia-unguarded); the kills alone are minority-killed"},
 		{Scenario: chaos.Scenario{Name: "clock-jump"}, Redlock: "clock-jump", NotApplicable: clockNA},
 		{Scenario: chaos.Scenario{Name: "clock-fast"}, Redlock: "clock-fast", NotApplicable: clockNA},
