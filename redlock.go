@@ -229,9 +229,9 @@
 // per-node timeout from its turn. Release judges only the nodes that
 // answered (deleted, "not held" or "taken"); an unreachable, timed-out or
 // failing node did not. When it returns before a node answered, the
-// *QuorumError's Nodes show that node as OutcomePending (its delete not
-// sent yet: still queued, or waiting for the acquisition's call) or
-// OutcomeTimedOut (sent, and not answered by then), and Granted
+// *QuorumError's Nodes show that node as OutcomePending (its delete still
+// queued, waiting for the acquisition's call, or on the nodes Dial connects
+// to, sent after its turn and still within its own timeout), and Granted
 // counts the deletes done by then; a Release whose deletes all still queue
 // returns an error wrapping ErrNoQuorum whose message says they go on in the
 // background.
