@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,8 +274,14 @@ type serverConn struct {
 	mu     sync.Mutex
 	queued []outChunk
 	closed bool
-	more   chan struct{} // buffered: queued is not empty
-	done   chan struct{} // closed by Close
+	// quick is set while the commands last read are a connection's set-up
+	// or pub/sub commands (quickCmd): their replies are never delayed.
+	// go-redis holds its PubSub's mutex while it sets up a connection
+	// (HELLO) and writes SUBSCRIBE or PING, and a goroutine blocked on that
+	// mutex stops the bubble's clock, so a delayed reply would never come.
+	quick bool
+	more  chan struct{} // buffered: queued is not empty
+	done  chan struct{} // closed by Close
 }
 
 // outChunk is one write, and when the client may read it.
@@ -295,13 +303,77 @@ func (s *serverConn) Write(p []byte) (int, error) {
 		s.mu.Unlock()
 		return 0, net.ErrClosed
 	}
-	s.queued = append(s.queued, outChunk{b: append([]byte(nil), p...), at: time.Now().Add(time.Duration(s.delay.Load()))})
+	at := time.Now()
+	if !s.quick {
+		at = at.Add(time.Duration(s.delay.Load()))
+	}
+	s.queued = append(s.queued, outChunk{b: append([]byte(nil), p...), at: at})
 	s.mu.Unlock()
 	select {
 	case s.more <- struct{}{}:
 	default:
 	}
 	return len(p), nil
+}
+
+// Read reads the client's commands, noting whether all of them are
+// quickCmd ones (quick).
+func (s *serverConn) Read(p []byte) (int, error) {
+	n, err := s.Conn.Read(p)
+	if n > 0 {
+		q := onlyQuickCommands(p[:n])
+		s.mu.Lock()
+		s.quick = q
+		s.mu.Unlock()
+	}
+	return n, err
+}
+
+// quickCmd are the commands whose replies serverConn never delays: a
+// connection's set-up and pub/sub.
+var quickCmd = map[string]bool{"HELLO": true, "CLIENT": true, "SELECT": true, "AUTH": true,
+	"SUBSCRIBE": true, "UNSUBSCRIBE": true, "PSUBSCRIBE": true, "PUNSUBSCRIBE": true, "PING": true}
+
+// onlyQuickCommands reports whether b holds whole RESP commands, each a
+// quickCmd one.
+func onlyQuickCommands(b []byte) bool {
+	line := func() (string, bool) {
+		i := bytes.Index(b, []byte("\r\n"))
+		if i < 0 {
+			return "", false
+		}
+		l := string(b[:i])
+		b = b[i+2:]
+		return l, true
+	}
+	if len(b) == 0 {
+		return false
+	}
+	for len(b) > 0 {
+		h, ok := line()
+		if !ok || len(h) < 2 || h[0] != '*' {
+			return false
+		}
+		count, err := strconv.Atoi(h[1:])
+		if err != nil || count < 1 {
+			return false
+		}
+		for k := range count {
+			h, ok := line()
+			if !ok || len(h) < 2 || h[0] != '$' {
+				return false
+			}
+			size, err := strconv.Atoi(h[1:])
+			if err != nil || size < 0 || len(b) < size+2 {
+				return false
+			}
+			if k == 0 && !quickCmd[strings.ToUpper(string(b[:size]))] {
+				return false
+			}
+			b = b[size+2:]
+		}
+	}
+	return true
 }
 
 // copyOut writes what was queued into the pipe, in order, each write no
