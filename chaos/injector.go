@@ -162,7 +162,7 @@ func (inj *injector) pick(ns NodeSet, granted []int) []int {
 func (inj *injector) apply(ctx context.Context, f Fault, granted []int) error {
 	for k, i := range inj.pick(f.Nodes, granted) {
 		if i < 0 || i >= inj.nodes {
-			return fmt.Errorf("chaos: fault %s names node %d of %d", f.Action, i, inj.nodes)
+			return fmt.Errorf("chaos: fault %s names node index %d, but the cluster has nodes 0 to %d", f.Action, i, inj.nodes-1)
 		}
 		if k > 0 && f.Stagger > 0 {
 			one := f

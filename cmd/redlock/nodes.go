@@ -42,7 +42,7 @@ func dialNodes(urls []string, timeout time.Duration) (*nodeConns, error) {
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			n.close()
-			return nil, fmt.Errorf("node %d: %w", i, err)
+			return nil, fmt.Errorf("node %d: %w", i+1, err)
 		}
 		n.names = append(n.names, fmt.Sprintf("%s/%d", o.Addr, o.DB))
 		n.passwords = append(n.passwords, o.Password)
@@ -101,7 +101,7 @@ func (n *nodeConns) sameAddress() error {
 		key := net.JoinHostPort(host, port)
 		if j, dup := seen[key]; dup {
 			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (the same address); a quorum needs independent servers",
-				j, n.names[j], i, n.names[i], errSameServer)
+				j+1, n.names[j], i+1, n.names[i], errSameServer)
 		}
 		seen[key] = i
 	}
@@ -190,7 +190,7 @@ func (fc *firstContact) distinct() error {
 		id := fc.ids[i]
 		if j, dup := seen[id]; dup {
 			return fmt.Errorf("node %d (%s) and node %d (%s) are %w (run_id %s); a quorum needs independent servers",
-				j, fc.names[j], i, fc.names[i], errSameServer, id)
+				j+1, fc.names[j], i+1, fc.names[i], errSameServer, id)
 		}
 		seen[id] = i
 	}

@@ -109,7 +109,7 @@ func TestExec_SameServerTwice(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "k", "--", "true"}, &stdout, &stderr)
 		assert.Equal(t, exitUsage, code, stderr.String())
-		assert.Contains(t, stderr.String(), "node 0 (127.0.0.1:")
+		assert.Contains(t, stderr.String(), "node 1 (127.0.0.1:")
 		assert.Contains(t, stderr.String(), "are the same Redis server")
 
 		stderr.Reset()

@@ -160,7 +160,7 @@ func TestFirstContact_Distinct(t *testing.T) {
 	names := []string{"a:1/0", "b:1/0", "c:1/0"}
 	fc := endedContact(names, make([]error, 3), []string{"x", "y", "x"})
 	assert.ErrorIs(t, fc.waitAll(), errSameServer)
-	assert.ErrorContains(t, fc.waitAll(), "node 0 (a:1/0) and node 2 (c:1/0) are the same Redis server")
+	assert.ErrorContains(t, fc.waitAll(), "node 1 (a:1/0) and node 3 (c:1/0) are the same Redis server")
 
 	fc.done[2] = make(chan struct{}) // c has not answered: not waited for, not compared
 	assert.NoError(t, fc.wait([]bool{true, true, false}))
