@@ -164,10 +164,11 @@ func TestObserver_AcquireRetriesAreEventsOfOneSpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, 3, []redlockotel.Option{redlockotel.WithKeyAttribute(redlockotel.KeyPlain)})
 		// Held on nodes 0 and 1 for 250 ms. A failed attempt is decided at
-		// 5 ms (node 1's "taken"; node 2 still pending) and returns after its
-		// release reached every node (10 ms more); then the retry waits
-		// 100 ms. Attempts start at 0, 115 and 230 ms and fail; the one at
-		// 345 ms wins at 350 ms (the counters agree: no write-back).
+		// 5 ms (node 1's "taken"; node 2 still pending) and starts its
+		// release without waiting for it; the retry waits 100 ms (the
+		// release ends within it). Attempts start at 0, 105 and 210 ms and
+		// fail; the one at 315 ms wins at 320 ms (the counters agree: no
+		// write-back).
 		h.holdElsewhere(t, "job", 250*time.Millisecond, 0, 1)
 		h.nodes[1].Slow(5 * time.Millisecond)
 		h.nodes[2].Slow(10 * time.Millisecond)
@@ -178,7 +179,7 @@ func TestObserver_AcquireRetriesAreEventsOfOneSpan(t *testing.T) {
 
 		got := h.metrics(t)
 		assert.Equal(t, "count=1 sum=4 [le4:1]", got["redlock.acquire.attempts{}"])
-		assert.Equal(t, "count=1 sum=0.35 [le0.5:1]", got["redlock.operation.duration{redlock.operation.name=acquire}"])
+		assert.Equal(t, "count=1 sum=0.32 [le0.5:1]", got["redlock.operation.duration{redlock.operation.name=acquire}"])
 		assert.Equal(t, "count=4 sum=2 [le0:3 le2:1]", got["redlock.nodes.granted{redlock.operation.name=acquire}"])
 		assert.Equal(t, "4", got[outcomeKey(2, "pending", "acquire")])
 		assert.Equal(t, "3", got[outcomeKey(0, "taken", "acquire")])
