@@ -32,11 +32,13 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 	// flush. B retries every half TTL at most: a retry every few
 	// milliseconds would often hold the flushed nodes (a failed attempt's
 	// short-lived grants) when A extends, failing A's extension for the
-	// wrong reason. The trial lasts 5 TTLs, so that B, which must acquire,
-	// has 4 after the quarantine ends even on a loaded machine (a trial of
-	// 4 missed it in 2 of 300).
+	// wrong reason. A flushed node votes again once its new incarnation is
+	// recorded on a majority of the other nodes, which a majority flushed
+	// has to rebuild: B takes the lock within about 3 s. The trial lasts 10
+	// TTLs, and A would hold for 12: an extension that re-created its keys
+	// keeps B out for the whole trial.
 	flushedHolder := Workload{Clients: 2, TTL: catalogueTTL, NodeTimeout: catalogueNodeTimeout, Hold: 5 * time.Millisecond, MaxAcquires: 1,
-		HoldOf: map[int]time.Duration{0: 8 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
+		HoldOf: map[int]time.Duration{0: 12 * catalogueTTL}, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond,
 		StartOn: map[int]Trigger{1: {Client: 0, Nth: 1}}, Modes: []Mode{ModeDo, ModeAcquire}, Quarantine: catalogueTTL, RetryMax: catalogueTTL / 2}
 	return []Scenario{
 		{
@@ -75,7 +77,7 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 		{
 			Name: "majority-flushed", Summary: fmt.Sprintf("A holds with Do (extending); %v after A acquired, FLUSHALL on a random majority; B starts once A holds; guard on, quarantine one TTL", catalogueTTL/10),
 			Expect: Safe, Why: "A's next extension finds its key gone on a majority and fails, so A's lock-bound context ends; B's votes on the flushed nodes are quarantined for a TTL, longer than A's validity could last, and then B takes the lock. An extension that re-created the vanished keys would keep A holding and lock B out",
-			Workload: flushedHolder, Duration: 5 * catalogueTTL, Availability: Available, MustAcquire: []int{1},
+			Workload: flushedHolder, Duration: 10 * catalogueTTL, Availability: Available, MustAcquire: []int{1},
 			Faults: []Fault{{On: afterA, At: catalogueTTL / 10, Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionFlush}},
 		},
 	}
