@@ -46,9 +46,10 @@ type memBackend struct {
 	lastSet time.Time // last time passed to SetTime
 
 	infoMu  sync.Mutex
-	runID   string    // INFO server's run_id: new on every start
-	started time.Time // node time of the last start, for uptime_in_seconds
-	policy  string    // INFO memory's maxmemory_policy
+	srv     *server.Server // m.Server() of this run (Close writes m's field unlocked)
+	runID   string         // INFO server's run_id: new on every start
+	started time.Time      // node time of the last start, for uptime_in_seconds
+	policy  string         // INFO memory's maxmemory_policy
 
 	snap         []snapKey // Snapshot's copy of the data; nil: none
 	freshPending bool      // m is a new miniredis (fresh), not started yet
@@ -73,6 +74,7 @@ func newMemBackend(clock *nodeClock) (*memBackend, error) {
 func (b *memBackend) newRun() {
 	b.infoMu.Lock()
 	defer b.infoMu.Unlock()
+	b.srv = b.m.Server()
 	b.runID = newRunID()
 	b.started = b.clock.at(time.Now())
 	b.policy = defaultPolicy
@@ -103,7 +105,7 @@ func (b *memBackend) hook(p *server.Peer, cmd string, args ...string) bool {
 	b.syncTime()
 	if cmd == "INFO" {
 		b.infoMu.Lock()
-		srv := b.m.Server()
+		srv := b.srv
 		st := infoState{runID: b.runID, uptime: b.clock.at(time.Now()).Sub(b.started), policy: b.policy, addr: b.address,
 			clients: srv.ClientsLen(), conns: srv.TotalConnections(), cmds: srv.TotalCommands()}
 		b.infoMu.Unlock()
