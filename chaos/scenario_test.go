@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,46 +25,60 @@ import (
 // packages' tests on the same 2 cores at the same time.
 const testTimeScale = 3
 
+// catalogueParallel is how many catalogue scenarios run at once, each on a
+// cluster of its own: a scenario mostly waits (real time), so two side by
+// side halve the catalogue's time and leave the verdicts' margins as they
+// are (the election and semaphore catalogues run three).
+const catalogueParallel = 2
+
 // runCatalogue runs every scenario once on a fresh cluster of the backend
 // and checks each observed verdict against the expected one, plus the
 // figures the verdicts rest on.
 func runCatalogue(t *testing.T, backend Backend) {
 	ctx := context.Background()
-	cluster := newTestCluster(t, ClusterOptions{Backend: backend, Nodes: 5})
-
+	sem := make(chan struct{}, catalogueParallel)
+	var wg sync.WaitGroup
 	for _, s := range Catalogue() {
 		s = s.Scaled(testTimeScale)
-		t.Run(s.Name, func(t *testing.T) {
-			res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
-			require.NoError(t, err)
-			for _, n := range res.Notes {
-				t.Log("note:", n)
-			}
-			if res.Skipped != "" {
-				t.Logf("skipped on %s: %s", backend, res.Skipped)
-				return
-			}
-			assert.Equal(t, s.Expect, res.Observed, "verdict of %s", s.Name)
-			if !s.FencingBreaks {
-				assert.Zero(t, res.StaleFenced, "the fenced resource accepted a stale write")
-				assert.Zero(t, res.TokenOrder, "fencing tokens out of order")
-			}
-			switch s.Availability {
-			case Available:
-				assert.Positive(t, res.Acquisitions)
-			case Unavailable:
-				assert.Zero(t, res.Acquisitions)
-			}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t.Run(s.Name, func(t *testing.T) {
+				cluster := newCatalogueCluster(t, backend)
+				res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
+				require.NoError(t, err)
+				for _, n := range res.Notes {
+					t.Log("note:", n)
+				}
+				if res.Skipped != "" {
+					t.Logf("skipped on %s: %s", backend, res.Skipped)
+					return
+				}
+				assert.Equal(t, s.Expect, res.Observed, "verdict of %s", s.Name)
+				if !s.FencingBreaks {
+					assert.Zero(t, res.StaleFenced, "the fenced resource accepted a stale write")
+					assert.Zero(t, res.TokenOrder, "fencing tokens out of order")
+				}
+				switch s.Availability {
+				case Available:
+					assert.Positive(t, res.Acquisitions)
+				case Unavailable:
+					assert.Zero(t, res.Acquisitions)
+				}
+			})
 		})
 	}
+	wg.Wait()
+	if pids := redisserver.LivePids(); len(pids) != 0 {
+		t.Errorf("redis-server pids left after Close: %v", pids)
+	}
+	waitDialProbes(t)
 }
 
 func TestCatalogue_InProcess(t *testing.T) {
 	runCatalogue(t, InProcess)
 }
 
-// newTestCluster's clean-up then checks that Close left no redis-server
-// process running.
 func TestCatalogue_RedisServer(t *testing.T) {
 	redisserver.Require(t)
 	runCatalogue(t, RedisServer)
