@@ -499,7 +499,7 @@ func (a *acquisition) decide(st int32, token uint64) {
 // nodes got: the token written back if its counter is below it, and, with
 // the guard on, the holder's vouching if its epoch is not trusted (however
 // late the grant, it holds this holder's key, so it has forgotten nothing
-// that still matters; docs/fencing.md).
+// that still matters; docs/amnesia.md).
 func (a *acquisition) settle(r reply, st int32, token uint64) {
 	n := a.c.nodes[r.Idx]
 	if st == failed {
@@ -687,7 +687,7 @@ const reaskRounds = 3
 // timeout, or when a node's client may re-send a command (a "taken" may
 // then be our own key). A node asked again that does not answer makes the
 // vote no first use (unsure): its key may still be there. The first-use
-// rule then reads each node's last answer; docs/fencing.md, "First use of
+// rule then reads each node's last answer; docs/amnesia.md, "First use of
 // a key", says why that is safe.
 func (a *acquisition) reask(acq *tally, calls *voteCalls) *tally {
 	for round := 0; round < reaskRounds && a.quarantine > 0 && !a.unsure && acq.splitFirstUse(); round++ {

@@ -598,7 +598,7 @@ func TestFencing_WriteBackIsOwnerChecked(t *testing.T) {
 // A's key, answers B too late. Nodes 0 and 1 both say "created just now", no
 // node says "taken", and B gets the key while A holds it. The same data loss
 // with every node answering is safe (node 2 says "taken"); on 5 nodes one
-// data loss plus one slow node stays within the limit (docs/fencing.md,
+// data loss plus one slow node stays within the limit (docs/amnesia.md,
 // Limits).
 func TestAmnesiaGuard_EmptiedAndTimedOutMajorityLooksBrandNew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -624,7 +624,7 @@ func TestAmnesiaGuard_EmptiedAndTimedOutMajorityLooksBrandNew(t *testing.T) {
 // every node holding the key's history is emptied or down (here a majority
 // of the cluster: node 0 emptied, node 1 down), makes the key look brand new
 // and a second holder gets it. At most a minority of the nodes may be
-// emptied-or-down at once (docs/fencing.md, Limits).
+// emptied-or-down at once (docs/amnesia.md, Limits).
 func TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()

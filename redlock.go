@@ -116,11 +116,11 @@
 // (WithQuarantine) is quarantined as a whole (ErrQuarantined). For a node
 // whose incarnation cannot be read, a key's first use waits for every
 // node's answer, at most one per-node timeout. It costs one small hash per
-// key and node (kept for the retention) (docs/fencing.md, "The amnesia
-// guard"). When several clients make a key's first use at once,
-// the one whose grants are a majority asks the nodes that said "taken"
-// again, about a round trip later, once the others have taken their keys
-// back, and wins its one attempt, as with the guard off.
+// key and node (kept for the retention) (docs/amnesia.md). When several
+// clients make a key's first use at once, the one whose grants are a
+// majority asks the nodes that said "taken" again, about a round trip
+// later, once the others have taken their keys back, and wins its one
+// attempt, as with the guard off.
 //
 // # Leases
 //

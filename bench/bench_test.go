@@ -1,6 +1,6 @@
 package bench
 
-// Side-by-side benchmarks, cases 1-7 (see docs/performance.md).
+// Side-by-side benchmarks, cases 1-7 (see docs/benchmarks.md).
 // Run them all with ./run.sh. Every case runs every library in the same
 // process on the same redis-server nodes; metrics besides ns/op, B/op and
 // allocs/op are reported with b.ReportMetric:
@@ -675,7 +675,7 @@ func contend(b *testing.B, kind Kind, srv []*Server, addrs []string) {
 	// measures hand-offs of a key in use. (With the amnesia guard on, a
 	// key's first use needs one client to win every node; 16 clients
 	// racing for a brand-new key 1 ms away made no acquisition in 4 s in
-	// one run on a loaded machine: docs/performance.md.)
+	// one run on a loaded machine: bench/results/run-20261202T032450Z.txt.)
 	const key = "bench:contended"
 	for failed := 0; ; failed++ {
 		_, rel, err := waiters[0].Wait(context.Background(), key)

@@ -17,7 +17,7 @@ import (
 	"github.com/d3b93e30/redlock"
 )
 
-// The settings every library gets (see docs/performance.md, "Libraries and
+// The settings every library gets (see docs/benchmarks.md, "Libraries and
 // settings").
 const (
 	// TTL of every lock, for every library.

@@ -2,7 +2,7 @@
 # Profiles one benchmark of bench/ (by default case 1, ours: fencing on,
 # defaults) and writes the CPU profile's cumulative top and the allocation
 # sites (every allocation counted) to bench/results/profile-<UTC time>.txt,
-# the summary docs/performance.md quotes under "Profile of C1".
+# the summary docs/benchmarks.md quotes under "What a client pays".
 #
 #   bench/profile.sh                               # C1 ours, 10000 + 3000 operations
 #   BENCH='C1Uncontended/^ours-nofence$' bench/profile.sh

@@ -97,7 +97,7 @@ func parseElectFlags(args []string, stdout, stderr io.Writer) (f electFlags, cod
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while leading (default ttl/3)")
 	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (leadership lost) and SIGKILL; once lost, at most until the kill guard before the leadership's validity ends")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
+	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/amnesia.md)")
 	fs.StringVar(&f.termEnv, "term-env", "REDLOCK_TERM", "put the leadership's term in COMMAND's environment under this name")
 	fs.StringVar(&f.idEnv, "identity-env", "REDLOCK_IDENTITY", "put this replica's identity in COMMAND's environment under this name")
 	fs.BoolVar(&f.verbose, "v", false, "log every attempt, extension and release, each election and loss, and COMMAND's status to stderr")

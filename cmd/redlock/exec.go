@@ -182,7 +182,7 @@ func parseExecFlags(args []string, stdout, stderr io.Writer) (f execFlags, code 
 	durationVar(fs, &f.extendEvery, "extend-every", 0, "extension interval while COMMAND runs (default ttl/3)")
 	durationVar(fs, &f.grace, "grace", 10*time.Second, "time between a forwarded signal or SIGTERM (lock lost) and SIGKILL; once the lock is lost, at most until the kill guard before its validity ends (see above)")
 	durationVar(fs, &f.nodeTimeout, "node-timeout", 0, "per-node timeout of each request (default 1% of ttl, 100ms..1s)")
-	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/fencing.md)")
+	durationVar(fs, &f.quarantine, "quarantine", redlock.DefaultQuarantine, "the amnesia guard's quarantine, for nodes that may lose their data; 0 turns the guard off, safe only if every node fsyncs every write or stays down longer than the longest TTL (see docs/amnesia.md)")
 	durationVar(fs, &f.minHold, "min-hold", 0, "keep the lock until this long after it was taken, even if COMMAND ends sooner: one run per cron tick (see above)")
 	fs.IntVar(&f.permits, "permits", 1, "run COMMAND on at most this many hosts at once: KEY names a semaphore of that many permits (see above)")
 	fs.BoolVar(&f.shared, "shared", false, "run COMMAND as a reader of the read/write lock KEY, beside other readers (see above)")
