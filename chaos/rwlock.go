@@ -85,7 +85,7 @@ func RWMutants() []Mutant {
 		{Name: "rw-writer-ignores-readers", Summary: "a writer is granted while readers hold",
 			Scenarios: []string{"rw-contention"},
 			rewrites:  []mutation.Rewrite{{Script: "rw-acquire", Old: "if w or readers > 0 then", New: "if w then"}}},
-		{Name: "rw-writer-token-not-above-readers", Summary: "a writer reads the fencing counter instead of incrementing it, so its token is the readers' before it",
+		{Name: "rw-writer-token-not-raised", Summary: "a writer reads the fencing counter instead of incrementing it, so its token is the readers' before it",
 			Scenarios: []string{"rw-contention"},
 			rewrites: []mutation.Rewrite{{Script: "rw-acquire", Old: "c = seeded(KEYS[2], redis.call('INCR', KEYS[2]), r)",
 				New: "c = tonumber(redis.call('GET', KEYS[2]) or '0')"}}},
