@@ -259,8 +259,8 @@ func TestChaos_TimeScale(t *testing.T) {
 	}
 }
 
-// --list lists every scenario the harness has (the catalogue, the semaphore
-// and the multi-key ones), once each, and --scenario accepts each name it
+// --list lists every scenario the harness has (the catalogue, the
+// semaphore, the multi-key and the read/write lock's), once each, and --scenario accepts each name it
 // lists; those a run without --scenario leaves out say so.
 func TestChaos_ListsEveryScenario(t *testing.T) {
 	code, out, errOut := runCLI(t, "chaos", "--list")
@@ -274,7 +274,7 @@ func TestChaos_ListsEveryScenario(t *testing.T) {
 		require.NoError(t, err, "--scenario %s", name)
 	}
 	require.Equal(t, len(chaos.Builtin()), len(listed), "scenarios listed")
-	for _, name := range []string{"no-faults", "semaphore-contention", "multi-key"} {
+	for _, name := range []string{"no-faults", "semaphore-contention", "multi-key", "rw-contention"} {
 		require.Contains(t, listed, name)
 	}
 	for _, s := range chaos.Builtin() {
