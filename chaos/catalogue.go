@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/d3b93e30/redlock"
@@ -294,10 +295,10 @@ func Find(name string) (Scenario, bool) {
 }
 
 // Builtin returns every built-in scenario, the ones Find knows: the
-// catalogue, then SemaphoreScenarios, then the multi-key lock's
-// (multilock.go).
+// catalogue, then SemaphoreScenarios, the multi-key lock's (multilock.go)
+// and RWScenarios.
 func Builtin() []Scenario {
-	return append(append(Catalogue(), SemaphoreScenarios()...), multiScenarios()...)
+	return slices.Concat(Catalogue(), SemaphoreScenarios(), multiScenarios(), RWScenarios())
 }
 
 // Scaled returns a copy of s with every duration multiplied by k (k ≥ 1):

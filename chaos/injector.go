@@ -139,6 +139,12 @@ func (inj *injector) pick(ns NodeSet, granted []int) []int {
 			out = append(out, i)
 		}
 		return out
+	case PickMinorityHead:
+		out := make([]int, 0, minority)
+		for i := range minority {
+			out = append(out, i)
+		}
+		return out
 	case PickGranted:
 		return granted[:min(len(granted), max(ns.Count, 1))]
 	case PickQuorumRest:

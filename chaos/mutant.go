@@ -50,9 +50,9 @@ const (
 )
 
 // Mutants returns the mutant catalogue, in the order `redlock chaos
-// --mutants` runs it.
+// --mutants` runs it: the lock's, then the read/write lock's (RWMutants).
 func Mutants() []Mutant {
-	return []Mutant{
+	return append([]Mutant{
 		{Name: "quorum-one", Summary: "a lock counts as held once one node granted it",
 			Scenarios: []string{"no-faults"}, knobs: &mutation.Knobs{QuorumOne: true}},
 		{Name: "quorum-half", Summary: "N/2 votes instead of N/2+1: two quorums need not share a node",
@@ -113,7 +113,7 @@ func Mutants() []Mutant {
 		{Name: "multi-partial-grant", Summary: "a multi-key lock is granted on a node where some of its keys are free, setting only those",
 			Scenarios: []string{"multi-key"},
 			rewrites:  []mutation.Rewrite{{Script: "multi-acquire", Old: "if #held > 0 then", New: "if #held >= 2 * k then"}}},
-	}
+	}, RWMutants()...)
 }
 
 // findMutant returns the mutant with the given name.

@@ -67,6 +67,9 @@ func run(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, trials in
 	if m != nil {
 		res.Mutant = m.Name
 	}
+	if s.Workload.Readers > 0 {
+		res.FencedStore = rwFencedStore
+	}
 	if s.MinNodes > 0 && n < s.MinNodes {
 		res.Skipped = fmt.Sprintf("needs at least %d nodes", s.MinNodes)
 		return res, nil
@@ -386,6 +389,9 @@ func closeProxies(proxies [][]*Proxy) {
 
 // runTrial runs one trial of s, with the mutant m unless it is nil.
 func runTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed uint64) (trialResult, error) {
+	if s.Workload.Readers > 0 {
+		return runRWTrial(ctx, cluster, s, m, seed)
+	}
 	if s.Workload.Permits > 0 {
 		return runSemaphoreTrial(ctx, cluster, s, m, seed)
 	}
@@ -467,6 +473,13 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 		tr.info = append(tr.info, note)
 	}
 	tr.info = append(tr.info, tokenOrderNotes(tr.history)...)
+	tr.finish(s)
+	return tr, nil
+}
+
+// finish adds what every judged trial of s carries: the clients' notes,
+// when a scenario expected safe was not, and the acquire latencies.
+func (tr *trialResult) finish(s Scenario) {
 	if s.Expect == Safe && tr.report.Violations > 0 {
 		// A surprise: what the clients noted, and when, goes with the
 		// trial's verdict (for an exec job: when its group was sent
@@ -478,7 +491,6 @@ func judgeTrial(ctx context.Context, cluster *Cluster, s Scenario, o *oracle.Ora
 	for _, h := range tr.history.Holds {
 		tr.latencies = append(tr.latencies, h.Latency)
 	}
-	return tr, nil
 }
 
 // handoutChecks looks at every lock as the workload gets it: one handed out

@@ -1,103 +1,82 @@
 package chaos
 
-// The read/write lock trials: readers and writers of one redlock.RWMutex
-// under faults, judged by their own oracle: a writer's hold (from its
-// acquisition to its release or the end of its validity) never overlaps
-// another hold, readers' holds may overlap each other, a writer's token is
-// above every token handed out before it, and a reader's token is at least
-// the last writer's. The resource is fenced by the rule for readers and
-// writers (docs/fencing.md, fencing.RWRegister). RWMutants are
-// the mutants these trials must catch.
+// The read/write lock workload: the clients are the readers and writers of
+// one redlock.RWMutex (Workload.Readers) instead of holders of the lock.
+// The oracle judges them with shared holds (oracle.AcquiredShared): a
+// writer's hold never overlaps another hold, readers' holds may overlap each
+// other; a writer's token is above the previous holder's, a reader's at
+// least the last writer's. Every hold uses the resources throughout, a
+// reader reading and a writer writing, and the fenced resource is
+// fencing.RWRegister, the rule for readers and writers (docs/fencing.md):
+// it refuses a stale writer's write, a paused writer's late write after
+// readers followed it, and a read that raced a newer write. Run runs these
+// trials as any other; porcupine's cross-check, whose model is the lock's
+// fenced register, is left out. RWScenarios are the scenarios, RWMutants
+// the mutants they catch.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/d3b93e30/redlock"
 	"github.com/d3b93e30/redlock/fencing"
 	"github.com/d3b93e30/redlock/internal/mutation"
+	"github.com/d3b93e30/redlock/internal/oracle"
 )
 
-// RWScenario is one read/write lock trial: Readers and Writers clients
-// loop on one RWMutex over the cluster's nodes for Duration while Fault
-// runs.
-type RWScenario struct {
-	Name    string
-	Summary string
-	Readers int
-	Writers int
-	TTL     time.Duration
-	Hold    time.Duration // how long each client holds before it releases
-	// Duration is how long the clients loop.
-	Duration time.Duration
-	// StallWriter makes writer 0's second hold pause for Stall before it
-	// writes (a GC pause, a swapped-out process): past its validity.
-	Stall time.Duration
-	// Fault, when set, runs beside the clients (it returns by the trial's
-	// end); proxies are each client's proxies to the nodes, readers first.
-	Fault func(ctx context.Context, c *Cluster, proxies [][]*Proxy) error
-	// Quarantine turns the amnesia guard on with that quarantine.
-	Quarantine time.Duration
+// rwFencedStore names the fenced resource of a read/write trial
+// (Result.FencedStore): whatever the cluster's FencedStore, it is a
+// fencing.RWRegister.
+const rwFencedStore = "fencing.RWRegister (in process, read/write lock)"
+
+// RWScenarios returns the scenarios of the read/write lock: 3 readers and a
+// writer on one RWMutex, with no fault, a writer paused past its validity,
+// a node restart and a partition that leaves readers and writers a
+// majority each. Find finds them too.
+func RWScenarios() []Scenario {
+	// The per-node timeout is twice the catalogue's: on a loaded machine
+	// the in-process nodes' replies under the race detector take most of
+	// 50 ms.
+	w := Workload{Clients: 4, Readers: 3, Key: "rw-chaos", TTL: catalogueTTL, NodeTimeout: 2 * catalogueNodeTimeout,
+		Hold: 30 * time.Millisecond, WriteEvery: 5 * time.Millisecond, Gap: 2 * time.Millisecond, AcquireTimeout: 4 * catalogueTTL}
+	writer := w.Readers // the writer's client
+	stalled := w
+	stalled.Pause = &Pause{Client: writer, Nth: 2, Length: 2 * catalogueTTL}
+	return []Scenario{
+		{
+			Name: "rw-contention", Summary: "3 readers and a writer loop on one read/write lock; nothing fails",
+			Expect: Safe, Why: "a node grants the writer only where no reader or writer is live, and a reader only where no writer holds or waits; two majorities share a node, so a writer never holds beside another holder. A writer's token is above every earlier one, a reader's is the last writer's",
+			Workload: w, Duration: 2 * trialLength, Availability: Available,
+		},
+		{
+			Name: "rw-stalled-writer", Summary: fmt.Sprintf("the writer freezes for %v (a GC pause) after its second acquisition, then writes; 3 readers loop", stalled.Pause.Length),
+			Expect: Unsafe, Why: "Redlock's limit, as in client-pause: the writer's keys expire during the pause and the readers take the lock; the late write breaks exclusion. The fenced resource (fencing.RWRegister) refuses it: readers carrying its token have read since",
+			Workload: stalled, Duration: 2 * trialLength, Availability: Available,
+		},
+		{
+			Name: "rw-node-restart", Summary: fmt.Sprintf("3 readers and a writer while a random node is killed for %v (longer than the TTL), then restarted", trialLength/2),
+			Expect: Safe, Why: "the other nodes still form a majority; the node comes back after every grant it made has expired, with its data or without, so it grants and refuses as the others do",
+			Workload: w, Duration: 2 * trialLength, Availability: Available, MinNodes: 3,
+			Faults: []Fault{{At: trialLength / 2, Nodes: NodeSet{Pick: PickRandom, Count: 1}, Action: ActionKill, For: trialLength / 2}},
+		},
+		{
+			Name: "rw-partition", Summary: fmt.Sprintf("for %v the readers lose the first minority of the nodes and the writer the last: each keeps a majority, and the two share the overlap", trialLength),
+			Expect: Safe, Why: "a reader's majority and the writer's still share a node, which grants one only while the other is not live there: readers and the writer take turns through it",
+			Workload: w, Duration: 2 * trialLength, Availability: Available,
+			Faults: []Fault{
+				{At: trialLength / 2, Nodes: NodeSet{Pick: PickMinorityHead}, Clients: []int{0, 1, 2}, Action: ActionPartition, For: trialLength},
+				{At: trialLength / 2, Nodes: NodeSet{Pick: PickMinorityTail}, Clients: []int{writer}, Action: ActionPartition, For: trialLength},
+			},
+		},
+	}
 }
 
-// RWScenarios returns the read/write lock scenarios.
-func RWScenarios() []RWScenario {
-	base := RWScenario{Readers: 3, Writers: 1, TTL: catalogueTTL, Hold: 30 * time.Millisecond, Duration: 3 * trialLength}
-	contention := base
-	contention.Name, contention.Summary = "rw-contention", "3 readers and a writer loop on one read/write lock"
-	stalled := base
-	stalled.Name, stalled.Summary = "rw-stalled-writer", "a writer pauses past its validity, then writes: the fenced resource refuses it"
-	stalled.Stall = 2 * catalogueTTL
-	stalled.Duration = 4 * trialLength
-	restart := base
-	restart.Name, restart.Summary = "rw-node-restart", "a node restarts (with its data) under readers and writers"
-	restart.Fault = func(ctx context.Context, c *Cluster, _ [][]*Proxy) error {
-		sleepCtx(ctx, trialLength/2)
-		if err := c.Node(1).Kill(); err != nil {
-			return err
-		}
-		sleepCtx(ctx, trialLength/2)
-		return c.Node(1).Restart(context.WithoutCancel(ctx))
-	}
-	partition := base
-	partition.Name, partition.Summary = "rw-partition", "a partition cuts the readers from nodes 0-1 and the writers from nodes 3-4: both sides keep a majority, sharing node 2"
-	partition.Fault = func(ctx context.Context, c *Cluster, proxies [][]*Proxy) error {
-		sleepCtx(ctx, trialLength/2)
-		cut := func(down bool) error {
-			for i, ps := range proxies {
-				nodes := []int{0, 1}
-				if i >= base.Readers {
-					nodes = []int{3, 4}
-				}
-				for _, n := range nodes {
-					var err error
-					if down {
-						err = ps[n].Down()
-					} else {
-						err = ps[n].Up()
-					}
-					if err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}
-		if err := cut(true); err != nil {
-			return err
-		}
-		sleepCtx(ctx, trialLength)
-		return cut(false)
-	}
-	return []RWScenario{contention, stalled, restart, partition}
-}
-
-// RWMutants returns the mutants of the read/write lock's scripts that the
-// read/write scenarios must catch.
+// RWMutants returns the mutants of the read/write lock's scripts, which
+// rw-contention must catch; Mutants includes them.
 func RWMutants() []Mutant {
 	return []Mutant{
 		{Name: "rw-reader-ignores-writer", Summary: "a reader is granted while a writer holds (it still waits behind a waiting writer)",
@@ -106,191 +85,189 @@ func RWMutants() []Mutant {
 		{Name: "rw-writer-ignores-readers", Summary: "a writer is granted while readers hold",
 			Scenarios: []string{"rw-contention"},
 			rewrites:  []mutation.Rewrite{{Script: "rw-acquire", Old: "if w or readers > 0 then", New: "if w then"}}},
-		{Name: "rw-writer-token-not-above-readers", Summary: "a writer reads the fencing counter instead of incrementing it, so its token is the readers' before it",
+		{Name: "rw-writer-token-not-raised", Summary: "a writer reads the fencing counter instead of incrementing it, so its token is the readers' before it",
 			Scenarios: []string{"rw-contention"},
 			rewrites: []mutation.Rewrite{{Script: "rw-acquire", Old: "c = seeded(KEYS[2], redis.call('INCR', KEYS[2]), r)",
 				New: "c = tonumber(redis.call('GET', KEYS[2]) or '0')"}}},
 	}
 }
 
-// RWResult is what one read/write trial observed.
-type RWResult struct {
-	Reads, Writes int // holds taken by readers and by writers
-	// Violations counts pairs of holds that overlapped within their
-	// validity with a writer among them.
-	Violations int
-	// TokenOrder counts writers whose token was not above every earlier
-	// token, and readers whose token was below the last writer's.
-	TokenOrder int
-	// StaleRefused counts operations the fenced resource refused: a
-	// stalled writer's write after a newer holder's operation, say.
-	// StalePlain counts operations made after their hold's validity ended,
-	// which a resource that checks no token would have taken.
-	StaleRefused, StalePlain int
-	Notes                    []string
-}
-
-type rwHold struct {
-	client   int
-	writer   bool
-	token    uint64
-	acquired time.Time
-	end      time.Time // release, or the validity's end if sooner
-}
-
-type rwTrial struct {
-	s     RWScenario
-	mu    sync.Mutex
-	holds []rwHold
-	res   fencing.RWRegister
-	out   RWResult
-}
-
-// RunRW runs one trial of s on cluster, with the mutant m unless it is nil.
-func RunRW(ctx context.Context, cluster *Cluster, s RWScenario, m *Mutant, seed uint64) (RWResult, error) {
-	n := s.Readers + s.Writers
-	// Twice the catalogue's per-node timeout: on a loaded machine the
-	// in-process nodes' replies under the race detector take most of 50 ms.
-	w := Workload{Clients: n, TTL: s.TTL, NodeTimeout: 2 * catalogueNodeTimeout, Key: "rw-chaos", Quarantine: s.Quarantine}
-	proxies := make([][]*Proxy, n)
-	addrs := make([][]string, n)
-	defer closeProxies(proxies)
-	for i := range n {
-		for _, nd := range cluster.Nodes() {
-			p, err := NewProxy(nd.Addr())
-			if err != nil {
-				return RWResult{}, err
-			}
-			proxies[i] = append(proxies[i], p)
-			addrs[i] = append(addrs[i], p.Addr())
+// checkRW returns an error when s asks a read/write workload for what it
+// does not do.
+func checkRW(s Scenario) error {
+	w := s.Workload
+	var not []string
+	for _, c := range []struct {
+		set  bool
+		what string
+	}{
+		{w.Readers > w.Clients, "more readers than clients"},
+		{w.Permits > 0, "Permits"}, {len(w.Modes) > 0, "Modes"},
+		{w.Extend || w.ExtendReleased || w.ExtendLate > 0, "extensions"},
+		{s.KeysReleased, "KeysReleased"}, {s.Extends, "Extends"}, {s.ElapsedSubtracted, "ElapsedSubtracted"},
+	} {
+		if c.set {
+			not = append(not, c.what)
 		}
 	}
+	if len(not) > 0 {
+		return fmt.Errorf("chaos: %s: a read/write workload does not take %v", s.Name, not)
+	}
+	return nil
+}
+
+// runRWTrial is runTrial for a workload with Readers.
+func runRWTrial(ctx context.Context, cluster *Cluster, s Scenario, m *Mutant, seed uint64) (trialResult, error) {
+	if err := checkRW(s); err != nil {
+		return trialResult{}, err
+	}
+	w := s.Workload
+	proxies, addrs, err := clientProxies(cluster, s)
+	if err != nil {
+		return trialResult{}, err
+	}
+	defer closeProxies(proxies)
 	clients, err := w.connect(ctx, addrs, m)
 	if err != nil {
-		return RWResult{}, setupError(err)
+		return trialResult{}, setupError(err)
 	}
 	defer closeClients(clients)
-	st := &rwTrial{s: s}
+	key := w.key()
+	for _, k := range []string{key, redlock.RWReadersKey(key), redlock.RWWritersKey(key)} {
+		if err := cluster.deleteKey(ctx, k); err != nil {
+			return trialResult{}, setupError(err)
+		}
+	}
+	rws := make([]*redlock.RWMutex, len(clients))
+	for i, c := range clients {
+		if rws[i], err = c.RWMutex(key); err != nil {
+			return trialResult{}, err
+		}
+	}
+	o := oracle.NewOracle()
+	if !w.NoFencing {
+		o.ExpectTokens()
+	}
+	o.Declare(w.Clients, len(cluster.Nodes()))
+	inj := newInjector(cluster, o, seed)
+	inj.clientProxies = proxies
+	inj.key = key
 	tctx, cancel := context.WithTimeout(ctx, s.Duration)
 	defer cancel()
-	var wg sync.WaitGroup
-	var faultErr error
-	if s.Fault != nil {
-		wg.Go(func() { faultErr = s.Fault(tctx, cluster, proxies) })
+	triggered, err := inj.scheduleFaults(tctx, s.Faults)
+	if err != nil {
+		return trialResult{}, err
 	}
-	for i, c := range clients {
-		rw, err := c.RWMutex(w.Key)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return RWResult{}, err
-		}
-		wg.Go(func() { st.loop(tctx, rw, i, i >= s.Readers, rand.New(rand.NewPCG(seed, uint64(i)+1))) })
+	checks := newHandoutChecks(s, len(cluster.Nodes()))
+	reg := new(fencing.RWRegister)
+	w.runClients(tctx, func(a acquisition) {
+		checks.record(a)
+		inj.trigger(tctx, triggered, a)
+	}, func(i int, fire func(acquisition)) {
+		h := &rwHolder{w: w, i: i, rw: rws[i], writer: i >= w.Readers, o: o, reg: reg,
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), fire: fire}
+		h.loop(tctx)
+	})
+	cancel()
+	inj.stop()
+	if err := inj.firstErr(); err != nil {
+		return trialResult{}, err
 	}
-	wg.Wait()
-	if faultErr != nil {
-		return RWResult{}, faultErr
-	}
-	if err := cluster.HealAll(context.WithoutCancel(ctx)); err != nil {
-		return RWResult{}, err
-	}
-	return st.judge(), nil
+	tr := trialResult{report: o.Report(), history: o.History(), expiredHandouts: checks.expired, nodes: len(cluster.Nodes())}
+	tr.notes = append(tr.notes, checks.tooValid...)
+	tr.finish(s)
+	return tr, nil
 }
 
-// loop is one client: take the lock (a reader's or the writer's), use it
-// for the hold time through its latest handle, release it, again.
-func (st *rwTrial) loop(ctx context.Context, rw *redlock.RWMutex, i int, writer bool, rng *rand.Rand) {
-	s := st.s
-	for nth := 1; ctx.Err() == nil; nth++ {
-		actx, cancel := context.WithTimeout(ctx, 4*s.TTL)
-		var l *redlock.RWLock
-		var err error
-		if writer {
-			l, err = rw.Lock(actx, s.TTL)
-		} else {
-			l, err = rw.RLock(actx, s.TTL)
-		}
-		cancel()
-		if err != nil {
-			st.mu.Lock()
-			if len(st.out.Notes) < 3 {
-				st.out.Notes = append(st.out.Notes, fmt.Sprintf("client %d: %v", i, err))
-			}
-			st.mu.Unlock()
+// rwHolder is one client of a read/write trial: a reader or the writer.
+type rwHolder struct {
+	w       Workload
+	i       int
+	rw      *redlock.RWMutex
+	writer  bool
+	o       *oracle.Oracle
+	reg     *fencing.RWRegister
+	rng     *rand.Rand
+	fire    func(acquisition)
+	refused bool // the library refused the workload's settings: every call would
+}
+
+func (h *rwHolder) loop(ctx context.Context) {
+	w := h.w
+	for n := 1; !h.refused && ctx.Err() == nil && (w.MaxAcquires == 0 || n <= w.MaxAcquires); {
+		if !h.hold(ctx, n) {
 			continue
 		}
-		if writer && s.Stall > 0 && i == s.Readers && nth == 2 {
-			sleepCtx(ctx, s.Stall) // paused past the validity
-			st.use(l, time.Now())
+		n++
+		if w.Gap > 0 {
+			sleepCtx(ctx, w.Gap+time.Duration(h.rng.Int64N(int64(w.Gap)+1)))
 		}
-		deadline := time.Now().Add(s.Hold)
-		for time.Now().Before(deadline) && ctx.Err() == nil {
-			st.use(l, time.Now())
-			sleepCtx(ctx, 5*time.Millisecond)
-		}
-		released := time.Now()
-		_ = l.Release(context.WithoutCancel(ctx))
-		st.mu.Lock()
-		st.holds = append(st.holds, rwHold{client: i, writer: writer, token: l.Token(), acquired: l.AcquiredAt(), end: minTime(released, l.ValidUntil())})
-		st.mu.Unlock()
-		sleepCtx(ctx, time.Duration(rng.Int64N(int64(5*time.Millisecond))))
 	}
 }
 
-// use reads or writes the resource with l's token at, as a holder does.
-func (st *rwTrial) use(l *redlock.RWLock, at time.Time) {
-	check := st.res.CheckWrite
-	if l.Shared() {
-		check = st.res.CheckRead
+// hold is one hold: a read lock (RLock) or the write lock (Lock), recorded
+// with the oracle, its trigger fired, paused if the workload says so (then
+// used once, as a holder waking from a GC pause would), used while its
+// validity lasts, up to the hold time, and released. It reports whether the
+// lock was taken.
+func (h *rwHolder) hold(ctx context.Context, n int) bool {
+	w := h.w
+	timeout := w.AcquireTimeout
+	if timeout <= 0 {
+		timeout = 2 * w.TTL
 	}
-	ok := check(l.Token()) == nil
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !ok {
-		st.out.StaleRefused++
+	take, record := h.rw.RLock, h.o.AcquiredShared
+	if h.writer {
+		take, record = h.rw.Lock, h.o.Acquired
 	}
-	if !at.Before(l.ValidUntil()) {
-		st.out.StalePlain++
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// judge checks exclusion and the token rules over the holds.
-func (st *rwTrial) judge() RWResult {
-	out := st.out
-	hs := slices.Clone(st.holds)
-	slices.SortFunc(hs, func(a, b rwHold) int { return a.acquired.Compare(b.acquired) })
-	var maxTok, lastW uint64
-	for k, h := range hs {
-		if h.writer {
-			out.Writes++
-		} else {
-			out.Reads++
-		}
-		for _, o := range hs[:k] {
-			if (h.writer || o.writer) && h.acquired.Before(o.end) && o.acquired.Before(h.end) {
-				out.Violations++
-				if out.Violations <= 3 {
-					out.Notes = append(out.Notes, fmt.Sprintf("client %d (writer %v, token %d) held with client %d (writer %v, token %d)", h.client, h.writer, h.token, o.client, o.writer, o.token))
-				}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
+	l, err := take(actx, w.TTL)
+	cancel()
+	latency := time.Since(start)
+	if err != nil {
+		h.refused = errors.Is(err, redlock.ErrInvalidArgument)
+		if ctx.Err() == nil {
+			attempts := 1
+			var qe *redlock.QuorumError
+			if errors.As(err, &qe) {
+				attempts = qe.Attempts
 			}
+			h.o.Failed(h.i, time.Now(), latency, attempts, err.Error())
 		}
-		switch {
-		case h.writer && h.token <= maxTok:
-			out.TokenOrder++
-		case !h.writer && h.token < lastW:
-			out.TokenOrder++
-		}
-		if h.writer {
-			lastW = h.token
-		}
-		maxTok = max(maxTok, h.token)
+		return false
 	}
-	return out
+	hold := record(h.i, l.Token(), l.AcquiredAt(), l.ValidUntil(), latency, l.Attempts())
+	h.fire(acquisition{Client: h.i, Nth: n, Lock: l.Lock})
+	if p := w.Pause; p != nil && p.Client == h.i && p.Nth == n {
+		h.o.Note(time.Now(), "client "+strconv.Itoa(h.i)+" paused "+p.Length.String())
+		sleepCtx(ctx, p.Length)
+		h.use(hold, l)
+	}
+	deadline := time.Now().Add(w.holdFor(h.i))
+	for first := true; first || (time.Now().Before(deadline) && ctx.Err() == nil); first = false {
+		if !time.Now().Before(l.ValidUntil()) {
+			break
+		}
+		h.use(hold, l)
+		sleepCtx(ctx, min(w.writeEvery(), time.Until(deadline)))
+	}
+	h.o.Released(hold, time.Now())
+	_ = l.Release(context.WithoutCancel(ctx))
+	return true
+}
+
+// use reads (a reader) or writes (the writer) both resources with l's
+// token: the plain one takes everything, the fenced one is the trial's
+// fencing.RWRegister.
+func (h *rwHolder) use(hold oracle.HoldID, l *redlock.RWLock) {
+	token := l.Token()
+	h.o.Wrote(hold, oracle.ResourcePlain, token, true, time.Now())
+	check := h.reg.CheckWrite
+	if l.Shared() {
+		check = h.reg.CheckRead
+	}
+	at := time.Now()
+	ok := check(token) == nil
+	h.o.WroteSpan(hold, oracle.ResourceFenced, token, ok, at, time.Now())
 }

@@ -59,6 +59,7 @@ const (
 	PickRandomMajority Pick = "random-majority" // N/2+1 nodes at random
 	PickRandom         Pick = "random"          // NodeSet.Count nodes at random
 	PickMinorityTail   Pick = "minority-tail"   // the last N − (N/2+1) nodes
+	PickMinorityHead   Pick = "minority-head"   // the first N − (N/2+1) nodes
 	PickGranted        Pick = "granted"         // NodeSet.Count of the nodes that granted the triggering acquisition
 	// PickOverlap picks nodes 0 .. 2q−N−1 (q = N/2+1): the fewest nodes
 	// two quorums share. While the minority tail is cut off, a holder's

@@ -79,6 +79,14 @@ type Workload struct {
 	// semaphore of that many permits, named by Key, instead of the lock
 	// (semaphore.go).
 	Permits int
+	// Readers, when positive, makes the clients the readers and writers of
+	// one read/write lock (redlock.RWMutex) named by Key instead of holders
+	// of the lock: clients 0 to Readers−1 take read locks, the others the
+	// write lock; each holds for its hold time, reading or writing the
+	// resources every WriteEvery while its validity lasts (rwlock.go).
+	// Pause, Gap, MaxAcquires, StartOn and Stagger apply; Modes, Permits and
+	// the extensions do not.
+	Readers int
 }
 
 // Mode is how a workload client takes and keeps the lock.

@@ -57,18 +57,21 @@ Exits 1 if any observed verdict differs from the expected one, or if every
 scenario was skipped.
 
 With --mutants (in a redlock built with -tags redlock_mutants) it runs the
-harness against deliberately broken builds of the lock instead (a quorum of one, no owner check on release, ...) and prints
-which scenarios caught each one; it exits 1 if a mutant was not caught.
+harness against deliberately broken builds of the lock and of the read/write
+lock instead (a quorum of one, no owner check on release, a reader granted
+beside a writer, ...) and prints which scenarios caught each one; it exits 1
+if a mutant was not caught. --mutant NAME runs only that one.
 
 By default it runs every scenario of the catalogue on 5 in-process nodes (no
-set-up); the semaphore and multi-key scenarios run when --scenario names
-them. --list lists them all.
+set-up); the semaphore, multi-key and read/write lock (rw-) scenarios run
+when --scenario names them. --list lists them all.
 
 Examples:
   redlock chaos
   redlock chaos --scenario client-pause --scenario amnesia-unguarded --svg out/
   redlock chaos --nodes 4 --scenario clock-jump --trials 1
   redlock chaos --mutants
+  redlock chaos --mutants --mutant rw-reader-ignores-writer
   redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
   redlock chaos --backend redis-server --fenced redis --scenario clock-back-amnesia
@@ -91,6 +94,7 @@ type chaosFlags struct {
 	quiet       bool
 	verbose     bool
 	mutants     bool
+	mutantNames []string // --mutant: run only these
 	timeScale   float64
 	clocks      string
 	fenced      string
@@ -143,6 +147,13 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: each trial's progress, and a wide table with trials, backend, latency and each scenario's reason")
 	fs.BoolVar(&f.mutants, "mutants", false, "run the mutant catalogue (deliberately broken locks) against their scenarios instead")
+	fs.Func("mutant", "with --mutants, run only this mutant (repeatable; default: every one)", func(name string) error {
+		if !slices.ContainsFunc(chaos.Mutants(), func(m chaos.Mutant) bool { return m.Name == name }) {
+			return fmt.Errorf("unknown mutant %q", name)
+		}
+		f.mutantNames = append(f.mutantNames, name)
+		return nil
+	})
 	fs.StringVar(&f.clocks, "clocks", "auto", "how redis-server nodes' clocks move: real (a preloaded clock shim built with the C compiler moves each server's own clock), emulated (TTLs are shortened), or auto (real where a C compiler is found)")
 	fs.StringVar(&f.fenced, "fenced", "register", "the fenced resource: register (fencing.Register in this process; guard is its old name) or redis (fencing.SetIfNewer on a redis-server of its own)")
 	fs.IntVar(&f.parallel, "parallel", 1, "run up to this many scenarios at once, each on a cluster of its own (the trials of one scenario stay in order; the seeds do not depend on it)")
@@ -169,6 +180,9 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	}
 	if f.doc != "" && f.mutants {
 		return f, errors.New("--doc writes the scenario table; it does not go with --mutants")
+	}
+	if len(f.mutantNames) > 0 && !f.mutants {
+		return f, errors.New("--mutant picks among the mutants of --mutants: add --mutants")
 	}
 	f.args = args
 	// Above maxTimeScale the stretched TTLs pass the retention (24 h) and
@@ -250,6 +264,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	what := plural(len(scenarios), "scenario") + " × " + plural(f.trials, "trial")
 	if f.mutants {
 		what = "the mutant catalogue"
+		if len(f.mutantNames) > 0 {
+			what = plural(len(f.mutantNames), "mutant")
+		}
 	}
 	progress(fmt.Sprintf("redlock chaos: %s on %s", what, plural(f.nodes, string(backend)+" node")))
 	progress(fmt.Sprintf("redlock chaos: seed %d, time scale %v", f.seed, f.timeScale))
@@ -531,6 +548,9 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 		buf.WriteString("! the observed verdict differs from the expected one: see the notes\n")
 	}
 	buf.WriteString(chaosShortLegend)
+	if hasRW(results) {
+		buf.WriteString(chaosRWLegend)
+	}
 	var notes []string
 	for _, r := range results {
 		if r.Skipped != "" {
@@ -550,10 +570,31 @@ func printTable(w io.Writer, results []chaos.Result, seed uint64, trials, nodes 
 	buf.WriteString("-v adds overlaps, token order, latency and why each verdict is expected;\n--json gives all.\n")
 	if len(results) > 0 {
 		writeWrapped(&buf, "clocks: "+results[0].Clocks, "", "  ")
-		writeWrapped(&buf, "fenced resource: "+results[0].FencedStore, "", "  ")
+		writeWrapped(&buf, "fenced resource: "+fencedStores(results), "", "  ")
 	}
 	fmt.Fprintf(&buf, "seed %d on %s\n%s\n", seed, plural(nodes, string(backend)+" node"), summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
+}
+
+// fencedStores names the fenced resources of the results, each once, in
+// order: the cluster's, and fencing.RWRegister where read/write lock
+// scenarios ran.
+func fencedStores(results []chaos.Result) string {
+	var names []string
+	for _, r := range results {
+		if r.FencedStore != "" && !slices.Contains(names, r.FencedStore) {
+			names = append(names, r.FencedStore)
+		}
+	}
+	return strings.Join(names, "; ")
+}
+
+// hasRW reports whether a read/write lock scenario is among the results.
+func hasRW(results []chaos.Result) bool {
+	return slices.ContainsFunc(results, func(r chaos.Result) bool {
+		s, ok := chaos.Find(r.Scenario)
+		return ok && s.Workload.Readers > 0
+	})
 }
 
 // plural returns "1 trial", "2 trials".
@@ -626,6 +667,15 @@ broken     a promise of the library failed: see the notes
 skipped    cannot run on this backend or number of nodes; not a pass
 `
 
+// chaosRWLegend says how the read/write lock's rows count, in termWidth
+// columns.
+var chaosRWLegend = `rw-...     a read/write lock's rows: readers and writers of one lock, where
+           only a writer excludes; a reader's reads count as its writes, a
+           stale one following a later writer's write; the fenced resource
+           is fencing.RWRegister, which also refuses a paused writer's write
+           once readers have read its token
+`
+
 // printWideTable prints the -v report: one wide row per scenario, the
 // legend, each scenario's reason and the final line.
 func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
@@ -646,6 +696,9 @@ func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 	}
 	tw.Flush()
 	buf.WriteString(chaosLegend)
+	if hasRW(results) {
+		buf.WriteString(chaosRWLegend)
+	}
 	buf.WriteString("\nWhy each verdict is expected:\n")
 	for _, r := range results {
 		writeWrapped(&buf, r.Scenario+": "+r.Why, "  ", "    ")
@@ -657,7 +710,7 @@ func printWideTable(w io.Writer, results []chaos.Result, seed uint64) {
 		}
 	}
 	if len(results) > 0 {
-		fmt.Fprintf(&buf, "\nclocks: %s\nfenced resource: %s\n", results[0].Clocks, results[0].FencedStore)
+		fmt.Fprintf(&buf, "\nclocks: %s\nfenced resource: %s\n", results[0].Clocks, fencedStores(results))
 	}
 	fmt.Fprintf(&buf, "\nseed %d\n%s\n", seed, summarizeChaos(results).line())
 	writeTrimmed(w, buf.Bytes())
@@ -784,7 +837,7 @@ type mutantRow struct {
 // it. It returns 1 if a covered mutant survived.
 func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdout, stderr io.Writer, progress func(string)) int {
 	var rows []mutantRow
-	for _, m := range chaos.Mutants() {
+	for _, m := range pickMutants(f.mutantNames) {
 		row := mutantRow{Mutant: m.Name, Summary: m.Summary, NotCovered: m.NotCovered}
 		if m.NotCovered != "" {
 			progress(fmt.Sprintf("mutant %s: not covered: %s", m.Name, m.NotCovered))
@@ -844,6 +897,23 @@ func runMutants(ctx context.Context, cluster *chaos.Cluster, f chaosFlags, stdou
 		return exitMismatch
 	}
 	return 0
+}
+
+// pickMutants returns the mutants --mutants runs: those named (checked when
+// the flags were parsed), in the order given, or every one of chaos.Mutants,
+// the lock's and the read/write lock's.
+func pickMutants(names []string) []chaos.Mutant {
+	all := chaos.Mutants()
+	if len(names) == 0 {
+		return all
+	}
+	var picked []chaos.Mutant
+	for _, name := range names {
+		if i := slices.IndexFunc(all, func(m chaos.Mutant) bool { return m.Name == name }); i >= 0 {
+			picked = append(picked, all[i])
+		}
+	}
+	return picked
 }
 
 // mutantCell says what one scenario saw of a mutant, e.g.

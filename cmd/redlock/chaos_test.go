@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock/chaos"
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
 
 // helpExamples returns the example command lines of `redlock chaos --help`,
@@ -131,7 +132,7 @@ func assertFits(t *testing.T, name, text string) {
 	}
 }
 
-// The default report fits 80 columns for every scenario of the catalogue,
+// The default report fits 80 columns for every built-in scenario,
 // on the backend with the longest name, with 1000 trials and counts to
 // match (a 300-trial run takes under 50000 locks; its amnesia and clock
 // rows count about 100 stale writes a trial), a mismatch, a skipped
@@ -139,7 +140,7 @@ func assertFits(t *testing.T, name, text string) {
 // mutant.
 func TestChaos_DefaultReportFitsEveryScenario(t *testing.T) {
 	var results []chaos.Result
-	for i, s := range chaos.Catalogue() {
+	for i, s := range chaos.Builtin() {
 		r := chaos.Result{Scenario: s.Name, Backend: chaos.RedisServer, Nodes: 5, Trials: 1000, Expect: s.Expect, Observed: s.Expect,
 			Why: s.Why, Acquisitions: 99999, Violations: 99999, StalePlain: 99999, StaleFenced: 999, TokenOrder: 999,
 			UnsafeTrials: 999, BrokenTrials: 1, RateLower: 0.9952, RateUpper: 0.0047,
@@ -258,8 +259,8 @@ func TestChaos_TimeScale(t *testing.T) {
 	}
 }
 
-// --list lists every scenario the harness has (the catalogue, the semaphore
-// and the multi-key ones), once each, and --scenario accepts each name it
+// --list lists every scenario the harness has (the catalogue, the
+// semaphore, the multi-key and the read/write lock's), once each, and --scenario accepts each name it
 // lists; those a run without --scenario leaves out say so.
 func TestChaos_ListsEveryScenario(t *testing.T) {
 	code, out, errOut := runCLI(t, "chaos", "--list")
@@ -273,7 +274,7 @@ func TestChaos_ListsEveryScenario(t *testing.T) {
 		require.NoError(t, err, "--scenario %s", name)
 	}
 	require.Equal(t, len(chaos.Builtin()), len(listed), "scenarios listed")
-	for _, name := range []string{"no-faults", "semaphore-contention", "multi-key"} {
+	for _, name := range []string{"no-faults", "semaphore-contention", "multi-key", "rw-contention"} {
 		require.Contains(t, listed, name)
 	}
 	for _, s := range chaos.Builtin() {
@@ -286,4 +287,56 @@ func TestChaos_ListsEveryScenario(t *testing.T) {
 	for name, l := range listed {
 		assert.Equal(t, !inCatalogue[name], strings.HasSuffix(l, "(only with --scenario)"), l)
 	}
+}
+
+// The read/write lock's scenarios are listed, as running only when named,
+// and one runs as the catalogue's do: its row of the 80-column table with
+// the expected verdict, the legend of the rw rows, its fenced resource and
+// exit status 0. An unknown name is still refused.
+func TestChaos_RWScenario(t *testing.T) {
+	code, out, errOut := runCLI(t, "chaos", "--list")
+	require.Equal(t, 0, code, errOut)
+	for _, s := range chaos.RWScenarios() {
+		assert.Regexp(t, `(?m)^`+s.Name+` +expect `+string(s.Expect)+` +.*\(only with --scenario\)$`, out)
+	}
+
+	code, out, errOut = runCLI(t, "chaos", "--scenario", "rw-contention", "--trials", "1", "--seed", "5", "--time-scale", testTimeScale)
+	require.Equal(t, 0, code, "%s\n%s", out, errOut)
+	assert.Regexp(t, `(?m)^rw-contention +\d+ +0/1 +≤95% +0/0 +safe +safe$`, out)
+	assert.Contains(t, out, "rw-...     a read/write lock's rows")
+	assert.Contains(t, out, "fenced resource: fencing.RWRegister")
+	assertFits(t, "stdout", out)
+	assertFits(t, "stderr", errOut)
+	assert.True(t, strings.HasSuffix(out, "1 of 1 as expected\n"), out)
+
+	code, _, errOut = runCLI(t, "chaos", "--scenario", "rw-nothing")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, `unknown scenario "rw-nothing"`)
+}
+
+// --mutants runs the read/write lock's mutants with the lock's: the list it
+// runs is every mutant of chaos.Mutants, the rw ones among them, and an rw
+// mutant run alone (--mutant) is caught by its scenario. An unknown
+// --mutant, or one without --mutants, is refused.
+func TestChaos_MutantsIncludeTheRWLocks(t *testing.T) {
+	var names []string
+	for _, m := range pickMutants(nil) {
+		names = append(names, m.Name)
+	}
+	assert.Len(t, names, len(chaos.Mutants()))
+	require.NotEmpty(t, chaos.RWMutants())
+	for _, m := range chaos.RWMutants() {
+		assert.Contains(t, names, m.Name, "--mutants runs the read/write lock's mutants")
+	}
+	wantUsageError(t, `unknown mutant "rw-nothing"`, "chaos", "--mutants", "--mutant", "rw-nothing")
+	wantUsageError(t, "add --mutants", "chaos", "--mutant", "rw-reader-ignores-writer")
+
+	if !mutation.Available() {
+		t.Skipf("running a mutant needs the mutant hooks: go test -tags %s", mutation.Tag)
+	}
+	code, out, errOut := runCLI(t, "chaos", "--mutants", "--mutant", "rw-writer-ignores-readers", "--seed", "5", "--time-scale", testTimeScale)
+	require.Equal(t, 0, code, "%s\n%s", out, errOut)
+	assert.Regexp(t, `(?m)^rw-writer-ignores-readers +rw-contention +(unsafe|broken) +caught$`, out)
+	assert.True(t, strings.HasSuffix(out, "1 of 1 mutants caught\n"), out)
+	assertFits(t, "stdout", out)
 }

@@ -50,20 +50,26 @@ type HoldID int
 //     to the time of the hold's last write (accepted or not) when that is
 //     later: a holder that paused past its validity and then wrote still acted
 //     as the holder (Kleppmann's GC-pause case).
-//   - A mutual-exclusion violation is a pair of holds by different clients
-//     whose acted intervals strictly overlap (an interval ending exactly when
-//     the other starts does not overlap). Holds by the same client never
-//     violate each other.
+//   - A shared hold (AcquiredShared: a read lock of a read/write lock) may
+//     overlap other shared holds; every other hold is exclusive. Two holds
+//     conflict unless both are shared.
+//   - A mutual-exclusion violation is a pair of conflicting holds by
+//     different clients whose acted intervals strictly overlap (an interval
+//     ending exactly when the other starts does not overlap). Holds by the
+//     same client never violate each other.
 //   - A stale write to a resource is a write by hold H accepted by that
 //     resource after the resource had already accepted a write from a hold
-//     acquired strictly later than H: that write had returned (its end, see
+//     acquired strictly later than H that conflicts with H (a shared hold's
+//     writes are its reads): that write had returned (its end, see
 //     WroteSpan) by the time H's write started (its `at`). Writes whose
 //     spans overlap may have taken effect in either order at the resource,
 //     so one of them is never stale because of the other; a write recorded
 //     with Wrote spans no time.
-//   - A token order violation is a pair of consecutive holds, in order of
-//     acquisition time, whose tokens do not strictly increase; pairs where both
-//     tokens are 0 (fencing off) are skipped unless ExpectTokens was called.
+//   - A token order violation is, in order of acquisition time, an exclusive
+//     hold whose token is not above the previous hold's, or a shared hold
+//     whose token is below the latest exclusive hold's before it (a reader
+//     carries the last writer's token); pairs where both tokens are 0
+//     (fencing off) are skipped unless ExpectTokens was called.
 //
 // An Oracle is safe for concurrent use by any number of goroutines. The zero
 // value is not usable; create one with NewOracle.
@@ -137,12 +143,24 @@ func (o *Oracle) Extended(hold HoldID, validUntil time.Time) {
 // many attempts the call made, and token the fencing token (0 when fencing is
 // off).
 func (o *Oracle) Acquired(client int, token uint64, acquired, validUntil time.Time, latency time.Duration, attempts int) HoldID {
+	return o.acquired(client, token, acquired, validUntil, latency, attempts, false)
+}
+
+// AcquiredShared is Acquired for a shared hold, a read lock of a read/write
+// lock: it may overlap other shared holds, and its writes are reads (see
+// Oracle for how it is judged).
+func (o *Oracle) AcquiredShared(client int, token uint64, acquired, validUntil time.Time, latency time.Duration, attempts int) HoldID {
+	return o.acquired(client, token, acquired, validUntil, latency, attempts, true)
+}
+
+func (o *Oracle) acquired(client int, token uint64, acquired, validUntil time.Time, latency time.Duration, attempts int, shared bool) HoldID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := HoldID(len(o.holds) + 1)
 	h := HoldRecord{
 		ID:         id,
 		Client:     client,
+		Shared:     shared,
 		Token:      token,
 		Acquired:   o.offset(acquired),
 		ValidUntil: o.offset(validUntil),
@@ -270,6 +288,8 @@ type HoldRecord struct {
 	ID HoldID `json:"id"`
 	// Client is the client that acquired.
 	Client int `json:"client"`
+	// Shared marks a shared hold (AcquiredShared): a read lock.
+	Shared bool `json:"shared,omitempty"`
 	// Token is the fencing token (0 when fencing is off).
 	Token uint64 `json:"token"`
 	// Acquired is when the lock was handed out.
@@ -380,8 +400,8 @@ type NoteRecord struct {
 	Text string `json:"text"`
 }
 
-// Violation is one mutual-exclusion violation: two holds by different
-// clients whose acted intervals overlap.
+// Violation is one mutual-exclusion violation: two conflicting holds by
+// different clients whose acted intervals overlap.
 type Violation struct {
 	// ClientA made HoldA, the hold acquired first (ties broken by HoldID).
 	ClientA int `json:"client_a"`
@@ -629,7 +649,8 @@ func (h *History) intervalEnds() {
 // markStaleWrites flags the stale writes: per resource, sweeping the
 // accepted writes in order of `at`, it takes in every accepted write that
 // had returned by then (in order of End) and remembers the latest
-// acquisition time among their holds.
+// acquisition time among their holds, and among their exclusive holds: a
+// shared hold's write is stale only after an exclusive one's.
 func (h *History) markStaleWrites() {
 	var starts, ends []int
 	for i, w := range h.Writes {
@@ -644,18 +665,27 @@ func (h *History) markStaleWrites() {
 		acquired time.Duration
 		any      bool
 	}
-	seen := map[string]newest{}
-	next := 0 // ends[:next] have been taken in
+	seen := map[string]newest{}          // any hold's
+	seenExclusive := map[string]newest{} // an exclusive hold's
+	next := 0                            // ends[:next] have been taken in
 	for _, i := range starts {
 		w := &h.Writes[i]
 		for ; next < len(ends) && h.Writes[ends[next]].End <= w.At; next++ {
 			done := h.Writes[ends[next]]
-			acq := h.Holds[done.Hold-1].Acquired
-			if n := seen[done.Resource]; !n.any || acq > n.acquired {
-				seen[done.Resource] = newest{acq, true}
+			held := h.Holds[done.Hold-1]
+			if n := seen[done.Resource]; !n.any || held.Acquired > n.acquired {
+				seen[done.Resource] = newest{held.Acquired, true}
+			}
+			if n := seenExclusive[done.Resource]; !held.Shared && (!n.any || held.Acquired > n.acquired) {
+				seenExclusive[done.Resource] = newest{held.Acquired, true}
 			}
 		}
-		if n := seen[w.Resource]; n.any && n.acquired > h.Holds[w.Hold-1].Acquired {
+		held := h.Holds[w.Hold-1]
+		n := seen[w.Resource]
+		if held.Shared {
+			n = seenExclusive[w.Resource]
+		}
+		if n.any && n.acquired > held.Acquired {
 			w.Stale = true
 		}
 	}
@@ -674,7 +704,7 @@ func (h *History) findViolations() {
 			if b.Acquired >= a.ActedEnd {
 				break
 			}
-			if b.Client == a.Client || b.ActedEnd <= b.Acquired {
+			if b.Client == a.Client || b.ActedEnd <= b.Acquired || (a.Shared && b.Shared) {
 				continue
 			}
 			from, to := b.Acquired, min(a.ActedEnd, b.ActedEnd)
@@ -776,17 +806,32 @@ func (h *History) report() Report {
 	r.StaleWritesFenced = r.Resources[ResourceFenced].Stale
 	r.RejectedWritesFenced = r.Resources[ResourceFenced].Rejected
 
+	r.TokenOrderViolations = h.tokenOrderViolations()
+	return r
+}
+
+// tokenOrderViolations counts the holds out of token order (see Oracle).
+func (h *History) tokenOrderViolations() int {
+	n := 0
+	var lastExclusive uint64 // the latest exclusive hold's token so far
 	byStart := h.holdsByAcquired()
-	for i := 1; i < len(byStart); i++ {
-		prev, cur := byStart[i-1].Token, byStart[i].Token
-		if prev == 0 && cur == 0 && !h.tokens {
-			continue
+	for i, cur := range byStart {
+		if i > 0 {
+			prev := byStart[i-1].Token
+			if cur.Shared {
+				prev = lastExclusive
+			}
+			switch {
+			case prev == 0 && cur.Token == 0 && !h.tokens:
+			case cur.Shared && cur.Token < prev, !cur.Shared && cur.Token <= prev:
+				n++
+			}
 		}
-		if cur <= prev {
-			r.TokenOrderViolations++
+		if !cur.Shared {
+			lastExclusive = cur.Token
 		}
 	}
-	return r
+	return n
 }
 
 // Percentile returns the nearest-rank p-th percentile (0 < p <= 100) of

@@ -540,3 +540,45 @@ func TestOracle_ExtendedMovesTheBelievedEnd(t *testing.T) {
 	assert.Equal(t, 1, o.Report().UnknownHoldEvents)
 	_ = b
 }
+
+// Shared holds (read locks) may overlap each other but not an exclusive
+// one; a shared hold's writes are reads, stale only after a later exclusive
+// hold's; a reader's token is the last writer's, and a writer's is above
+// the previous hold's.
+func TestOracleSharedHolds(t *testing.T) {
+	o := NewOracle()
+	shared := func(client int, token uint64, a, v int) HoldID {
+		return o.AcquiredShared(client, token, oracleAt(o, a), oracleAt(o, v), time.Millisecond, 1)
+	}
+	w1 := oracleHold(o, 0, 5, 0, 100)
+	r1 := shared(1, 5, 100, 200)
+	r2 := shared(2, 5, 150, 250) // overlaps r1: fine
+	o.Wrote(w1, ResourcePlain, 5, true, oracleAt(o, 50))
+	o.Wrote(r2, ResourcePlain, 5, true, oracleAt(o, 160))
+	o.Wrote(r1, ResourcePlain, 5, true, oracleAt(o, 170)) // after a later reader's read: not stale
+	r := o.Report()
+	assert.Zero(t, r.Violations, "readers overlap each other")
+	assert.Zero(t, r.StaleWritesPlain)
+	assert.Zero(t, r.TokenOrderViolations)
+	assert.True(t, o.History().Holds[r1-1].Shared)
+
+	w2 := oracleHold(o, 3, 6, 220, 300) // overlaps r2 (to 250): a violation
+	o.Wrote(w2, ResourcePlain, 6, true, oracleAt(o, 230))
+	o.Wrote(r2, ResourcePlain, 5, true, oracleAt(o, 240)) // a read after a later writer's write: stale
+	r = o.Report()
+	assert.Equal(t, 1, r.Violations)
+	assert.Equal(t, 1, r.StaleWritesPlain)
+	// A paused writer's late write, after later readers' reads: stale, and
+	// its acted interval now overlaps r1, r2 and w2.
+	o.Wrote(w1, ResourcePlain, 5, true, oracleAt(o, 245))
+	r = o.Report()
+	assert.Equal(t, 4, r.Violations)
+	assert.Equal(t, 2, r.StaleWritesPlain)
+	assert.Zero(t, r.TokenOrderViolations)
+
+	shared(1, 5, 310, 400)        // below the last writer's 6
+	oracleHold(o, 0, 7, 410, 500) // above the reader's 5
+	shared(2, 7, 510, 600)
+	oracleHold(o, 3, 7, 610, 700) // not above the reader's 7
+	assert.Equal(t, 2, o.Report().TokenOrderViolations)
+}
