@@ -320,6 +320,18 @@ func replyCases() []replyCase {
 				requireAcquireRefused(t, acquireOnce(t, rl), servers[0].Addr(), "NOPERM ")
 			}
 		}},
+		{prefix: "ERR The user executing the script ", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
+			// Redis 7.0 answers so, not NOPERM, when an ACL denies a
+			// command that a script runs (7.2 answers NOPERM): an ACL user
+			// allowed EVALSHA, but not SET.
+			servers, plain := startServersWith(t, 1, redisserver.Options{})
+			require.NoError(t, plain[0].Do(ctx, "ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-set").Err())
+			reply := userClient(t, servers[0].Addr(), "locker", "pw").Eval(ctx, "return redis.call('SET', KEYS[1], 'x')", []string{"report"}).Err()
+			return reply, func(t *testing.T) {
+				rl := dialServers(t, servers, func(a string) string { return "redis://locker:pw@" + a })
+				requireAcquireRefused(t, acquireOnce(t, rl), servers[0].Addr(), "ERR The user executing the script ")
+			}
+		}},
 		{prefix: "READONLY ", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
 			// A replica of server 0, killed first: the replica never
 			// syncs (and loads) while the test runs.
