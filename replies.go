@@ -93,8 +93,9 @@ var replyRules = []replyRule{
 	{prefix: "NOREPLICAS ", kind: replyTransient},
 }
 
-// aclFix is what to fix on a node whose ACL denies the lock something.
-const aclFix = "denies the ACL user a command or key the lock needs: allow EVALSHA, EVAL, SCRIPT and PUBLISH/SUBSCRIBE (ACL SETUSER ... +@scripting +@pubsub) on the lock's keys"
+// aclFix is what to fix on a node whose ACL denies the lock something: the
+// scripts run their commands as the Client's user, so it needs them too.
+const aclFix = "denies the ACL user a command or key the lock needs: allow the scripts, the commands they run, PUBLISH/SUBSCRIBE and INFO on the lock's keys and channels (ACL SETUSER ... +@scripting +@read +@write +time +@pubsub +info)"
 
 // replyRuleOf returns the row of replyRules that err, an error reply of a
 // node, matches, and nil when err is no error reply or none matches.

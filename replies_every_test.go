@@ -169,6 +169,48 @@ func (l *attemptLog) all() []redlock.Event {
 	return slices.Clone(l.events)
 }
 
+// requireACLFixWorks gives a new ACL user the rules the fix of row prefix
+// tells (after "ACL SETUSER ..."), and checks that a Client logged in as
+// that user takes, extends and releases a lock with no denial in the
+// node's ACL log: what the error tells to do must be enough.
+func requireACLFixWorks(t *testing.T, servers []*redisserver.Server, admin *redis.Client, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	fix := rowOf(t, prefix).Fix
+	_, rules, ok := strings.Cut(fix, "ACL SETUSER ... ")
+	require.True(t, ok, "the fix %q tells the ACL rules", fix)
+	rules, _, ok = strings.Cut(rules, ")")
+	require.True(t, ok, "the fix %q", fix)
+	args := []any{"ACL", "SETUSER", "fixed", "on", ">pw", "~*", "&*"}
+	for _, r := range strings.Fields(rules) {
+		args = append(args, r)
+	}
+	require.NoError(t, admin.Do(ctx, args...).Err())
+	rl := dialServers(t, servers, func(a string) string { return "redis://fixed:pw@" + a })
+	l, err := rl.Acquire(ctx, "fixed", 10*time.Second)
+	require.NoError(t, err, "a user with the rules %q", rules)
+	_, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	log, err := admin.ACLLog(ctx, 100).Result()
+	require.NoError(t, err)
+	for _, e := range log {
+		assert.NotEqual(t, "fixed", e.Username, "a denial of a user with the rules %q: %+v", rules, e)
+	}
+}
+
+// rowOf returns the table's row of prefix.
+func rowOf(t *testing.T, prefix string) redlock.ReplyRule {
+	t.Helper()
+	for _, r := range redlock.ReplyRules() {
+		if r.Prefix == prefix {
+			return r
+		}
+	}
+	t.Fatalf("no row %q in the table", prefix)
+	return redlock.ReplyRule{}
+}
+
 // dialAddr dials a Client of the one node at addr (no password).
 func dialAddr(t *testing.T, addr string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
@@ -318,6 +360,7 @@ func replyCases() []replyCase {
 			return userClient(t, servers[0].Addr(), "locker", "pw").Do(ctx, "EVALSHA", anySha, 0).Err(), func(t *testing.T) {
 				rl := dialServers(t, servers, func(a string) string { return "redis://locker:pw@" + a })
 				requireAcquireRefused(t, acquireOnce(t, rl), servers[0].Addr(), "NOPERM ")
+				requireACLFixWorks(t, servers, plain[0], "NOPERM ")
 			}
 		}},
 		{prefix: "ERR The user executing the script ", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
@@ -330,6 +373,7 @@ func replyCases() []replyCase {
 			return reply, func(t *testing.T) {
 				rl := dialServers(t, servers, func(a string) string { return "redis://locker:pw@" + a })
 				requireAcquireRefused(t, acquireOnce(t, rl), servers[0].Addr(), "ERR The user executing the script ")
+				requireACLFixWorks(t, servers, plain[0], "ERR The user executing the script ")
 			}
 		}},
 		{prefix: "READONLY ", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
