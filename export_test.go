@@ -85,3 +85,42 @@ var (
 	IncVerified    = incVerified
 	IncQuarantined = incQuarantined
 )
+
+// ReplyRule is one row of the table of node replies (replyRules), for the
+// tests that make a real redis-server send each reply of the table.
+type ReplyRule struct {
+	Prefix  string
+	Kind    string // "unfixable" or "transient"
+	Fix     string
+	KeyOnly bool
+}
+
+func exportRule(r *replyRule) ReplyRule {
+	kind := "unknown"
+	switch r.kind {
+	case replyUnfixable:
+		kind = "unfixable"
+	case replyTransient:
+		kind = "transient"
+	}
+	return ReplyRule{Prefix: r.prefix, Kind: kind, Fix: r.fix, KeyOnly: r.keyOnly}
+}
+
+// ReplyRules returns every row of the table, in order.
+func ReplyRules() []ReplyRule {
+	out := make([]ReplyRule, len(replyRules))
+	for i := range replyRules {
+		out[i] = exportRule(&replyRules[i])
+	}
+	return out
+}
+
+// ReplyRuleOf returns the row that err, a node's error reply, matches
+// (replyRuleOf), and false when none does.
+func ReplyRuleOf(err error) (ReplyRule, bool) {
+	r := replyRuleOf(err)
+	if r == nil {
+		return ReplyRule{}, false
+	}
+	return exportRule(r), true
+}

@@ -52,16 +52,18 @@
 // multi-key calls say the same when it is why they failed. Those replies are
 // authentication (NOAUTH, WRONGPASS, and Redis 7.0's "ERR Protocol error:
 // unauthenticated multibulk length" to a script call sent without the
-// password), ACL (NOPERM), READONLY (a replica; retried on a Sentinel
-// failover client, which switches to the new master by itself), MOVED, ASK,
-// CROSSSLOT (a Redis Cluster node), ERR unknown command (EVALSHA or EVAL
-// renamed or disabled), NOSCRIPT, and WRONGTYPE (another kind of key under the
-// name of the lock's fencing counter or epoch; one under the lock's own name
-// makes the node answer "taken", as SET NX does). The call fails at once with
-// ErrMisconfigured (errors.Is) in the *QuorumError's Cause, which names the
-// node and what to fix and wraps the node's reply (errors.As with go-redis's
-// redis.Error). LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM, MISCONF
-// and NOREPLICAS are retried: the node ends them by itself.
+// password), ACL (NOPERM, and Redis 7.0's "ERR The user executing the script
+// ..." when a command a script runs is denied), READONLY (a replica; retried
+// on a Sentinel failover client, which switches to the new master by
+// itself), MOVED, ASK, CROSSSLOT (a Redis Cluster node), ERR unknown command
+// (EVALSHA or EVAL renamed or disabled), NOSCRIPT, and WRONGTYPE (another
+// kind of key under the name of the lock's fencing counter or epoch; one
+// under the lock's own name makes the node answer "taken", as SET NX does).
+// The call fails at once with ErrMisconfigured (errors.Is) in the
+// *QuorumError's Cause, which names the node and what to fix and wraps the
+// node's reply (errors.As with go-redis's redis.Error). LOADING, BUSY,
+// MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM, MISCONF and NOREPLICAS are
+// retried: the node ends them by itself.
 //
 // # Waiting
 //

@@ -69,7 +69,12 @@ var replyRules = []replyRule{
 	// instead of NOAUTH, and closes the connection.
 	{prefix: "ERR Protocol error: unauthenticated", kind: replyUnfixable, fix: "requires a password: set it in the URL (redis://:PASSWORD@host) or Options.Password"},
 	{prefix: "WRONGPASS ", kind: replyUnfixable, fix: "refused the username or password: check the credentials in the URL (redis://USER:PASSWORD@host) or Options.Username and Options.Password"},
-	{prefix: "NOPERM ", kind: replyUnfixable, fix: "denies the ACL user a command or key the lock needs: allow EVALSHA, EVAL, SCRIPT and PUBLISH/SUBSCRIBE (ACL SETUSER ... +@scripting +@pubsub) on the lock's keys"},
+	{prefix: "NOPERM ", kind: replyUnfixable, fix: aclFix},
+	// Redis 7.0 answers so, instead of NOPERM, when the ACL denies a
+	// command, key or channel that a script calls (SET, say): "ERR The user
+	// executing the script can't run this command or subcommand script:
+	// ...".
+	{prefix: "ERR The user executing the script ", kind: replyUnfixable, fix: aclFix},
 	{prefix: "READONLY ", kind: replyUnfixable, fix: "is a read-only replica: give the Client the master's address (each node must be an independent master)"},
 	{prefix: "MOVED ", kind: replyUnfixable, fix: "is a Redis Cluster node: each node must be an independent master, not a member of a cluster"},
 	{prefix: "ASK ", kind: replyUnfixable, fix: "is a Redis Cluster node: each node must be an independent master, not a member of a cluster"},
@@ -87,6 +92,10 @@ var replyRules = []replyRule{
 	{prefix: "MISCONF ", kind: replyTransient},
 	{prefix: "NOREPLICAS ", kind: replyTransient},
 }
+
+// aclFix is what to fix on a node whose ACL denies the lock something: the
+// scripts run their commands as the Client's user, so it needs them too.
+const aclFix = "denies the ACL user a command or key the lock needs: allow the scripts, the commands they run, PUBLISH/SUBSCRIBE and INFO on the lock's keys and channels (ACL SETUSER ... +@scripting +@read +@write +time +@pubsub +info)"
 
 // replyRuleOf returns the row of replyRules that err, an error reply of a
 // node, matches, and nil when err is no error reply or none matches.

@@ -25,9 +25,19 @@ func startServers(t *testing.T, n int, args ...string) ([]*redisserver.Server, [
 	t.Helper()
 	redisserver.Require(t)
 	t.Cleanup(func() { assert.Empty(t, redisserver.LivePids(), "redis-server processes left running") })
+	return startServersWith(t, n, redisserver.Options{Args: args})
+}
+
+// startServersWith is startServers with all of redisserver's options, and
+// without the check that no server is left running at the test's end: a
+// parallel subtest's servers are not the only ones running, so its parent
+// checks that.
+func startServersWith(t *testing.T, n int, opt redisserver.Options) ([]*redisserver.Server, []*redis.Client) {
+	t.Helper()
+	redisserver.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	servers, err := redisserver.StartN(ctx, n, redisserver.Options{Args: args})
+	servers, err := redisserver.StartN(ctx, n, opt)
 	require.NoError(t, err)
 	plain := make([]*redis.Client, n)
 	for i, s := range servers {
@@ -38,8 +48,9 @@ func startServers(t *testing.T, n int, args ...string) ([]*redisserver.Server, [
 	return servers, plain
 }
 
-// dialServers dials servers, each URL made by url from the address.
-func dialServers(t *testing.T, servers []*redisserver.Server, url func(addr string) string) *redlock.Client {
+// dialServers dials servers, each URL made by url from the address, with
+// opts after the test's own.
+func dialServers(t *testing.T, servers []*redisserver.Server, url func(addr string) string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	urls := make([]string, len(servers))
 	for i, s := range servers {
@@ -47,7 +58,7 @@ func dialServers(t *testing.T, servers []*redisserver.Server, url func(addr stri
 	}
 	// A generous per-node timeout: a node whose dial timed out on a loaded
 	// machine may still grant, and the retry would then be right.
-	rl, err := redlock.Dial(urls, redlock.WithNodeTimeout(2*time.Second))
+	rl, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithNodeTimeout(2 * time.Second)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, rl.Close()) })
 	return rl

@@ -41,6 +41,7 @@ func TestMisconfigured_EveryOperation(t *testing.T) {
 		"ASK 4432 127.0.0.1:7002":                                true,
 		"CROSSSLOT Keys in request don't hash to the same slot":  true,
 		"ERR unknown command 'evalsha'":                          true,
+		"ERR The user executing the script can't run":            true,
 		"LOADING Redis is loading the dataset in memory":         false,
 		"BUSY Redis is busy running a script":                    false,
 		"MASTERDOWN Link with MASTER is down":                    false,
