@@ -548,7 +548,7 @@ func provokeLoading(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
 		StartTimeout: 30 * time.Second, // Restart waits for the load to end
 	})
 	s, addr := servers[0], servers[0].Addr()
-	require.NoError(t, plain[0].Eval(ctx, "for i = 1, 2000 do redis.call('SET', 'k' .. i, 'v') end return 1", nil).Err())
+	require.NoError(t, plain[0].Eval(ctx, "for i = 1, 4000 do redis.call('SET', 'k' .. i, 'v') end return 1", nil).Err())
 	require.NoError(t, plain[0].Save(ctx).Err())
 	restarted := make(chan error, 1)
 	go func() { restarted <- s.Restart(ctx) }()
@@ -562,8 +562,9 @@ func provokeLoading(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
 		return c.Get(ctx, "k1").Err()
 	})
 	return reply, func(t *testing.T) {
-		// Acquire goes on while the node loads (seconds more: 1.5 ms a
-		// key), and takes the lock once the node has loaded.
+		// Acquire goes on while the node loads (4,000 keys at 1.5 ms: 6 s,
+		// room for a loaded machine's stall before its first attempt), and
+		// takes the lock once the node has loaded.
 		var log attemptLog
 		rl := dialAddr(t, addr, redlock.WithObserver(&log))
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
