@@ -56,7 +56,7 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 		},
 		{
 			Name: "stale-restarts", Summary: fmt.Sprintf("a majority restarts one node after another (%v apart) from a snapshot taken as the trial began, just before the holder acquired: the writes since are lost, as with appendfsync everysec after a power loss; guard on", scriptedTTL/10),
-			Expect: Unsafe, Why: "a finding: the snapshot has the key's trusted epoch and fencing counter from before the holder's grant, so the restored majority grants the rival with trusted votes while the holder still holds (the per-key guard cannot see a partial loss); the restored fencing counters predate the holder's grant (only the rival's failed attempts in between raise them), so token order is reported but not judged: fencing's assumption that a node in both quorums keeps its data fails. A per-node guard (a new run_id) would quarantine the restored nodes",
+			Expect: Unsafe, Why: "a finding: the snapshot has the key's trusted epoch and fencing counter from before the holder's grant, so the restored majority grants the rival with trusted votes while the holder still holds (the per-key rule counts a trusted epoch); the restored fencing counters predate the holder's grant (only the rival's failed attempts in between raise them), so token order is reported but not judged: fencing's assumption that a node in both quorums keeps its data fails. Only the new run_id shows this loss: the harness's clients (New, not Dial) read it at a check, not on each new connection, and a majority restored is beyond the guard's stated limit anyway",
 			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3, FencingBreaks: true,
 			Faults: []Fault{{Nodes: NodeSet{Pick: PickAll}, Action: ActionSnapshot},
 				{On: afterA, Nodes: NodeSet{Pick: PickRandomMajority}, Action: ActionRestartStale, Stagger: scriptedTTL / 10}},
@@ -69,7 +69,7 @@ func dataLossScenarios(guarded Workload, tailCut, tailBack Fault, afterA *Trigge
 		},
 		{
 			Name: "key-evicted", Summary: fmt.Sprintf("the lock key is evicted on the overlap of two quorums (maxmemory_policy allkeys-lru; the counter and epoch stay) while the holder holds, then (%v later) another of its nodes restarts without data; guard on", lossGap),
-			Expect: Unsafe, Why: "a finding: eviction deletes the lock key but leaves its epoch, so the per-key guard still trusts that node's vote, and with the nodes that were cut off the rival wins a quorum while the holder holds. INFO memory shows the eviction policy; a guard that distrusts a node that may evict would refuse it",
+			Expect: Unsafe, Why: "a finding: eviction deletes the lock key but leaves the node's run_id, its marker and the key's trusted epoch, so nothing the guard reads changes (a node whose policy may evict is judged by the per-key rule, which counts a trusted epoch), and with the nodes that were cut off the rival wins a quorum while the holder holds",
 			Workload: guarded, Duration: lossTrial, Availability: Available, MinNodes: 3,
 			Faults: []Fault{tailCut, tailBack, {On: afterA, Nodes: overlap, Action: ActionEvictKey},
 				{On: afterA, At: lossGap, Nodes: rest, Action: ActionRestartAmnesia}},

@@ -15,7 +15,8 @@ import (
 // real job process (sh -c 'sleep …', for the client's hold time) in a
 // process group of its own, supervised by the same code as `redlock exec`
 // (internal/execjob): when the lease ends, the job gets SIGTERM, then
-// SIGKILL at the latest when the lock's validity runs out. The holder
+// SIGKILL at the latest a kill guard (the larger of 100 ms and 2 % of the
+// TTL) before the lock's validity runs out. The holder
 // writes to the resources on the job's behalf for as long as the job
 // process runs, whatever the lock's state: the job does not know about the
 // lock. The hold ends when the job has exited (as its reaping tells), not
