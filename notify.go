@@ -24,8 +24,22 @@ const waitChannelPrefix = "redlock:wait:"
 // ticketLen is the length of a waiter's ticket: 16 hex digits of the Unix
 // time in microseconds when it started waiting, then 8 of a sequence number
 // of this process. Tickets sort in the order waiters came (within one
-// process always; across processes by their clocks).
+// process always; across processes by their clocks), except that a
+// read/write lock's readers come after every writer (readerTicketMark).
 const ticketLen = 24
+
+// readerTicketMark is the first character of the ticket of a read/write
+// lock's reader (RLock), in place of the time's first hex digit, which
+// stays 0 for another 36,000 years. It sorts after every hex digit in byte
+// order and in the usual locales' collation, which Redis's Lua compares
+// strings with (digits, then a to f, before r), so the lowest ticket of a key
+// on a node is a writer's (Lock, or Client.Acquire on the name) whenever a
+// writer waits there, and readers still sort among themselves in the order
+// they came. That is how a release that frees the name for a writer wakes
+// the longest-waiting writer rather than a reader that came before it,
+// which the writer's intent would refuse anyway (luaWakeNext). '?' matches
+// it in the release scripts' PUBSUB CHANNELS pattern as it matches a digit.
+const readerTicketMark = 'r'
 
 var ticketSeq atomic.Uint32
 
@@ -69,8 +83,14 @@ func channelKey(name string) string {
 	return "{" + name + "}"
 }
 
-func newTicket() string {
-	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+// newTicket returns a waiter's ticket: a reader's (a read/write lock's
+// RLock) starts with readerTicketMark.
+func newTicket(reader bool) string {
+	t := fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+	if reader {
+		t = string(readerTicketMark) + t[1:]
+	}
+	return t
 }
 
 // handoffWindow is how long after one of its Release calls woke a waiter of
@@ -110,7 +130,8 @@ const subscribeTimeout = 5 * time.Second
 // release, on each node where it deletes the key, publishes to the channel
 // with the lowest ticket: one waiter in all is told, the one that has waited
 // longest, so a release sends N messages, not N per waiting Client, and the
-// waiters take the key in the order they came.
+// waiters take the key in the order they came, except that a read/write
+// lock's readers come after its writers (readerTicketMark).
 //
 // A waiter is woken when a majority (N/2+1) of nodes announced the same
 // release to it since its last attempt began: the condition under which its
@@ -233,8 +254,14 @@ func (w *lockWaiter) count(i int, id string, quorum int) bool {
 // join makes a waiter for lock key name (prefix included) with a new
 // ticket and subscribes to its channel on every node, in the background. It
 // returns nil (wait the retry delay only) once the Client is closed or when
-// no node supports pub/sub.
-func (n *notifier) join(name string) *lockWaiter {
+// no node supports pub/sub. Its ticket is a writer's (readerTicketMark):
+// Client.Acquire, AcquireMulti, a semaphore's permit, a read/write lock's
+// Lock.
+func (n *notifier) join(name string) *lockWaiter { return n.joinAs(name, false) }
+
+// joinAs is join, for a read/write lock's reader when reader is true: its
+// ticket then comes after every writer's (readerTicketMark).
+func (n *notifier) joinAs(name string, reader bool) *lockWaiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -246,7 +273,7 @@ func (n *notifier) join(name string) *lockWaiter {
 	if len(n.subs) == 0 {
 		return nil
 	}
-	w := &lockWaiter{n: n, name: name, ch: waitChannel(newTicket(), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	w := &lockWaiter{n: n, name: name, ch: waitChannel(newTicket(reader), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
 	n.list(w)
 	return w
 }

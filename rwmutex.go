@@ -320,7 +320,7 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 			last.Cause = joinCause(last.Cause, over)
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, w, &waiter, out.unannounced()) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, w, mode == "r", &waiter, out.unannounced()) {
 			break
 		}
 	}

@@ -114,7 +114,10 @@ end
 // them), "0" for none, "undo" for a failed attempt's clean-up, which tells
 // no waiter. Otherwise, when the node is left free for a writer (a writer
 // released, or the last reader left), it tells the longest waiter
-// (luaWakeNext, passing over ARGV[5] and after). Codes: 1 deleted, 2
+// (luaWakeNext, passing over ARGV[5] and after), a writer whenever one
+// waits (readers' tickets sort after writers', readerTicketMark): a writer
+// waiting behind readers gets the lock as the last of them leaves, before
+// readers that came first but that its intent refuses. Codes: 1 deleted, 2
 // deleted and a waiter told (codeHandedOff), -1 a writer of another owner
 // holds the key, 0 not there.
 const rwReleaseLua = luaWakeNext + luaRWHeld + `
