@@ -37,8 +37,10 @@ const ticketLen = 24
 // writer waits there, and readers still sort among themselves in the order
 // they came. That is how a release that frees the name for a writer wakes
 // the longest-waiting writer rather than a reader that came before it,
-// which the writer's intent would refuse anyway (luaWakeNext). '?' matches
-// it in the release scripts' PUBSUB CHANNELS pattern as it matches a digit.
+// which the writer's intent would refuse anyway (luaWakeNext), and how a
+// read/write lock's release tells whether the waiter it chose is a reader.
+// '?' matches it in the release scripts' PUBSUB CHANNELS pattern as it
+// matches a digit.
 const readerTicketMark = 'r'
 
 var ticketSeq atomic.Uint32
@@ -48,9 +50,11 @@ var ticketSeq atomic.Uint32
 // where tagged is channelKey(name). The waiter subscribes to it on every
 // node while it waits. releaseScript and releaseVouchScript, where they
 // delete the key, list the key's waiters' channels on that node (PUBSUB
-// CHANNELS), and publish to the one with the lowest ticket only: the
-// message is the SHA1 of the released owner value in hex, the same on
-// every node, so the waiter can tell one release from another.
+// CHANNELS), and publish to the one with the lowest ticket only (a
+// read/write lock's release, when that one is a reader, to every reader:
+// luaWakeNext): the message is the SHA1 of the released owner value in
+// hex, the same on every node, so the waiter can tell one release from
+// another.
 func waitChannel(ticket, name string) string {
 	return waitChannelPrefix + ticket + ":" + channelKey(name)
 }
@@ -131,7 +135,9 @@ const subscribeTimeout = 5 * time.Second
 // with the lowest ticket: one waiter in all is told, the one that has waited
 // longest, so a release sends N messages, not N per waiting Client, and the
 // waiters take the key in the order they came, except that a read/write
-// lock's readers come after its writers (readerTicketMark).
+// lock's readers come after its writers (readerTicketMark); and when no
+// writer waits, a read/write lock's release tells every waiting reader,
+// since they can all hold at once.
 //
 // A waiter is woken when a majority (N/2+1) of nodes announced the same
 // release to it since its last attempt began: the condition under which its

@@ -2,19 +2,21 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
 )
 
-// The wake-ups of the read/write lock (rwReleaseLua, luaWakeNext): a
-// release that leaves a node free for a writer tells the longest-waiting
-// writer when one waits, before any reader (readerTicketMark). The
+// The wake-ups of the read/write lock (rwReleaseLua, luaWakeNext with
+// shared): a release that leaves a node free for a writer tells the
+// longest-waiting writer when one waits, else every waiting reader. The
 // waiting Clients here retry every 10 s (longWait): in fake time, an
 // acquisition right after a release was woken by it, and the attempt
 // counts show who was woken when.
@@ -109,6 +111,80 @@ func TestRWMutex_LastReaderWakesWaitingWriter(t *testing.T) {
 	})
 }
 
+// Several readers waiting behind a writer are all woken by its release and
+// hold together, each with its second attempt, whether they share a Client
+// (the writer's own included) or not. Before, the release told one of
+// them; the others waited their 10 s. Nothing of the wait is left after,
+// and the releasing Client's next Lock takes the free lock at once.
+func TestRWMutex_WriterReleaseWakesEveryReader(t *testing.T) {
+	for _, clients := range []string{"a Client each", "one Client", "the writer's Client"} {
+		t.Run(clients, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newWarmCluster(t, 3, longWait)
+				rw := rwOf(t, c.rl, "cache")
+				w, err := rw.TryLock(ctx, ttl10s)
+				require.NoError(t, err)
+
+				const k = 4
+				shared := c.secondClient(t, longWait)
+				var waiters []*redlock.Client
+				var results []<-chan rwResult
+				for i := range k {
+					rl := shared
+					switch clients {
+					case "a Client each":
+						rl = c.secondClient(t, longWait)
+					case "the writer's Client":
+						rl = c.rl
+					}
+					waiters = append(waiters, rl)
+					r := rwOf(t, rl, "cache")
+					results = append(results, rwWait(fmt.Sprintf("r%d", i), func() (*redlock.RWLock, error) { return r.RLock(ctx, ttl10s) }))
+					time.Sleep(time.Millisecond) // join in this order
+					synctest.Wait()
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				require.Equal(t, []int{k, k, k}, c.numWaiting("cache"))
+
+				released := time.Now()
+				require.NoError(t, w.Release(ctx))
+				var held []*redlock.RWLock
+				for _, ch := range results {
+					r := <-ch
+					require.NoError(t, r.err, r.who)
+					assert.Equal(t, released, r.at, "%s: woken by the writer's release", r.who)
+					assert.Equal(t, 2, r.l.Attempts(), r.who)
+					held = append(held, r.l)
+				}
+				_, err = rw.TryLock(ctx, ttl10s)
+				require.ErrorIs(t, err, redlock.ErrTaken)
+				assert.Contains(t, err.Error(), fmt.Sprintf("%d readers hold it", k), "all hold at once")
+				for _, l := range held {
+					require.NoError(t, l.Release(ctx))
+				}
+				synctest.Wait()
+				assert.Equal(t, []int{0, 0, 0}, c.numWaiting("cache"))
+				for _, rl := range append(waiters, c.rl) {
+					waiting, subs := redlock.NotifyState(rl)
+					assert.Zero(t, waiting)
+					assert.Zero(t, subs)
+				}
+
+				start := time.Now()
+				w, err = rw.Lock(ctx, ttl10s)
+				require.NoError(t, err)
+				assert.Equal(t, start, time.Now(), "the releasing Client's next Lock")
+				assert.Equal(t, 1, w.Attempts())
+				require.NoError(t, w.Release(ctx))
+				synctest.Wait()
+				assert.Zero(t, c.rwKeysLeft("cache"))
+			})
+		})
+	}
+}
+
 // A writer's release, with a reader that came first and a writer after it
 // waiting, wakes the writer (a Lock, or Client.Acquire of the name, which
 // is a writer too), never the reader: the reader is woken by that writer's
@@ -172,5 +248,134 @@ func TestRWMutex_WaitingWriterWokenBeforeOlderReader(t *testing.T) {
 				assert.Zero(t, c.rwKeysLeft("cache"))
 			})
 		})
+	}
+}
+
+// A release that tells every waiting reader still passes over the
+// releasing Client's own readers that left and may still be subscribed
+// (leftChannels): such a message is a hand-off to nobody, and with no
+// other reader told, the release must not count as one (codeHandedOff),
+// or the Client's next Client.Acquire of the name would yield to nobody.
+// A plain subscriber on the left reader's channel sees whether the
+// release published to it.
+func TestRWMutex_WakeOfReadersPassesOverTheReleasersReadersThatLeft(t *testing.T) {
+	for _, others := range []int{0, 2} {
+		t.Run(fmt.Sprintf("%d other readers", others), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newWarmCluster(t, 3)
+				rw := rwOf(t, c.rl, "cache")
+				w, err := rw.TryLock(ctx, ttl10s)
+				require.NoError(t, err)
+
+				rctx, cancel := context.WithCancel(ctx)
+				mine := rwWait("mine", func() (*redlock.RWLock, error) { return rw.RLock(rctx, ttl10s) })
+				time.Sleep(time.Second)
+				synctest.Wait()
+				chs := c.waitChannels(0, "cache")
+				require.Len(t, chs, 1)
+				spies := make([]<-chan *redis.Message, len(c.nodes))
+				for i, nd := range c.nodes {
+					ps := nd.rc.Subscribe(ctx, chs[0])
+					_, err := ps.Receive(ctx)
+					require.NoError(t, err)
+					defer ps.Close()
+					spies[i] = ps.Channel()
+				}
+				readers := rwOf(t, c.secondClient(t, longWait), "cache")
+				var results []<-chan rwResult
+				for i := range others {
+					results = append(results, rwWait(fmt.Sprintf("r%d", i), func() (*redlock.RWLock, error) { return readers.RLock(ctx, ttl10s) }))
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+
+				cancel()
+				require.ErrorIs(t, (<-mine).err, context.Canceled)
+				released := time.Now()
+				require.NoError(t, w.Release(ctx))
+				var held []*redlock.RWLock
+				for _, ch := range results {
+					r := <-ch
+					require.NoError(t, r.err, r.who)
+					assert.Equal(t, released, r.at, r.who)
+					held = append(held, r.l)
+				}
+				synctest.Wait()
+				for i, spy := range spies {
+					select {
+					case m := <-spy:
+						t.Fatalf("node %d told the releaser's reader that left: %v", i, m)
+					default:
+					}
+				}
+				for _, l := range held {
+					require.NoError(t, l.Release(ctx))
+				}
+
+				start := time.Now()
+				l, err := c.rl.Acquire(ctx, "cache", ttl10s)
+				require.NoError(t, err)
+				if others == 0 {
+					assert.Equal(t, start, time.Now(), "no hand-off: the next Acquire does not yield")
+				}
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
+}
+
+// On redis-server, whose Lua compares strings in the server's locale
+// (strcoll), a writer's release wakes the writer that waits, not the two
+// readers that came before it, and that writer's release wakes both
+// readers, which then hold together: each acquisition is its second
+// attempt (the retry delay is a minute, longer than the test may take).
+func TestRealRedis_RWWakeUps(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slow := []redlock.Option{redlock.WithRetry(redlock.LinearRetry(time.Minute, 0, 0)), redlock.WithNodeTimeout(500 * time.Millisecond)}
+	mutex := func() *redlock.RWMutex {
+		rl, err := redlock.Dial(rc.rl.Nodes(), slow...)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, rl.Close()) })
+		return rwOf(t, rl, "rw-wake")
+	}
+	waiting := func(want int) func() bool {
+		return func() bool {
+			for _, p := range rc.plain {
+				if len(p.PubSubChannels(ctx, redlock.WaitPattern("rw-wake")).Val()) != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	w1, err := rwOf(t, rc.rl, "rw-wake").TryLock(ctx, time.Minute)
+	require.NoError(t, err)
+	readers := mutex()
+	var rs []<-chan rwResult
+	for i := range 2 {
+		rs = append(rs, rwWait(fmt.Sprintf("r%d", i), func() (*redlock.RWLock, error) { return readers.RLock(ctx, time.Minute) }))
+		require.Eventually(t, waiting(i+1), 20*time.Second, 10*time.Millisecond)
+	}
+	writer := mutex()
+	w2 := rwWait("w2", func() (*redlock.RWLock, error) { return writer.Lock(ctx, time.Minute) })
+	require.Eventually(t, waiting(3), 20*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, w1.Release(ctx))
+	got := <-w2
+	require.NoError(t, got.err)
+	assert.Equal(t, 2, got.l.Attempts())
+	require.NoError(t, got.l.Release(ctx))
+	var held []*redlock.RWLock
+	for _, ch := range rs { // both hold before either releases
+		r := <-ch
+		require.NoError(t, r.err, r.who)
+		assert.Equal(t, 2, r.l.Attempts(), "%s: woken by w2's release only", r.who)
+		held = append(held, r.l)
+	}
+	for _, l := range held {
+		require.NoError(t, l.Release(ctx))
 	}
 }
