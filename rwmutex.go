@@ -269,6 +269,10 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 	if !wait {
 		cfg.retry, cfg.outageLimit = NoRetry(), 0
 	}
+	kind := waitWriter
+	if mode == "r" {
+		kind = waitReader
+	}
 	intent := ""
 	if mode == "w" && wait {
 		if intent, err = cfg.owner(); err != nil || intent == "" {
@@ -320,7 +324,7 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 			last.Cause = joinCause(last.Cause, over)
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, w, mode == "r", &waiter, out.unannounced()) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, w, kind, &waiter, out.unannounced()) {
 			break
 		}
 	}

@@ -379,3 +379,44 @@ func TestRealRedis_RWWakeUps(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	}
 }
+
+// A release that comes between a waiter's failed attempt and its
+// subscription tells nobody: here the nodes run the waiter's attempt at
+// once but its replies arrive 1 ms later, and the holder releases within
+// that millisecond. A read/write waiter does not then wait on to the
+// default policy's queued delay (125-250 ms) because it is subscribed when
+// its first short delay (up to 10 ms) ends: nothing tells it of a release
+// that came before its subscription, so it makes its next attempt then,
+// and gets the lock. It waits on only once it was subscribed on a
+// majority before its last attempt began.
+func TestRWMutex_ReleaseBeforeSubscriptionCostsNoQueuedDelay(t *testing.T) {
+	for _, tc := range []struct{ holder, waiter string }{{"reader", "writer"}, {"writer", "reader"}} {
+		t.Run(tc.waiter+" behind a "+tc.holder, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newWarmCluster(t, 3)
+				rw := rwOf(t, c.rl, "cache")
+				take, wait := rw.TryRLock, rw.Lock
+				if tc.holder == "writer" {
+					take, wait = rw.TryLock, rw.RLock
+				}
+				held, err := take(ctx, ttl10s)
+				require.NoError(t, err)
+				for _, nd := range c.nodes {
+					nd.DelayReplies(time.Millisecond)
+				}
+				start := time.Now()
+				got := rwWait(tc.waiter, func() (*redlock.RWLock, error) { return wait(ctx, ttl10s) })
+				synctest.Wait() // the nodes refused the waiter; their replies are on their way
+				require.NoError(t, held.Release(ctx))
+				r := <-got
+				require.NoError(t, r.err)
+				assert.Equal(t, 2, r.l.Attempts())
+				assert.Less(t, r.at.Sub(start), 20*time.Millisecond, "the first delay (up to 10 ms) and two 1 ms replies, not the queued delay")
+				require.NoError(t, r.l.Release(ctx))
+				synctest.Wait()
+				assert.Zero(t, c.rwKeysLeft("cache"))
+			})
+		})
+	}
+}
