@@ -93,7 +93,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration, cfg
 			last.Cause = over
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], &w, out.unannounced()) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, keys[0], waitLock, &w, out.unannounced()) {
 			break
 		}
 	}
@@ -138,10 +138,12 @@ func checkAcquire(key string, ttl time.Duration, cfg config) ([]string, error) {
 // reports whether to make another: not once ctx ended or the policy gave up.
 // A release that a majority of nodes announce to this waiter cuts the delay
 // short: *w takes a ticket among the waiters for lock key name at the first
-// delay (notify.go). With DefaultRetry, a waiter subscribed on a majority of
-// nodes waits on to its queued delay (125-250 ms) unless told first. out,
-// when not nil, is an outage to announce once the policy agreed to wait.
-func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, w **lockWaiter, out *outage) bool {
+// delay (notify.go), waiting as kind k. With DefaultRetry, a waiter
+// subscribed on a majority of nodes waits on to its queued delay (125-250
+// ms) unless told first (a read/write lock's, only when it was subscribed
+// before its last attempt: lockWaiter.sleep). out, when not nil, is an
+// outage to announce once the policy agreed to wait.
+func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, name string, k waitKind, w **lockWaiter, out *outage) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -153,7 +155,7 @@ func (c *Client) waitRetry(ctx context.Context, retry RetryPolicy, attempt int, 
 		out.announce()
 	}
 	if *w == nil && delay > 0 {
-		*w = c.notify.join(name)
+		*w = c.notify.joinAs(name, k)
 	}
 	(*w).sleep(ctx, delay, queuedDelay(retry))
 	return ctx.Err() == nil

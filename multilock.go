@@ -377,7 +377,7 @@ func (c *Client) acquireMulti(ctx context.Context, mk *multiKeys, all []string, 
 			last.Cause = joinCause(last.Cause, over)
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, wait, &w, out.unannounced()) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, wait, waitLock, &w, out.unannounced()) {
 			break
 		}
 	}

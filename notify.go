@@ -24,8 +24,24 @@ const waitChannelPrefix = "redlock:wait:"
 // ticketLen is the length of a waiter's ticket: 16 hex digits of the Unix
 // time in microseconds when it started waiting, then 8 of a sequence number
 // of this process. Tickets sort in the order waiters came (within one
-// process always; across processes by their clocks).
+// process always; across processes by their clocks), except that a
+// read/write lock's readers come after every writer (readerTicketMark).
 const ticketLen = 24
+
+// readerTicketMark is the first character of the ticket of a read/write
+// lock's reader (RLock), in place of the time's first hex digit, which
+// stays 0 for another 36,000 years. It sorts after every hex digit in byte
+// order and in the usual locales' collation, which Redis's Lua compares
+// strings with (digits, then a to f, before r), so the lowest ticket of a key
+// on a node is a writer's (Lock, or Client.Acquire on the name) whenever a
+// writer waits there, and readers still sort among themselves in the order
+// they came. That is how a release that frees the name for a writer wakes
+// the longest-waiting writer rather than a reader that came before it,
+// which the writer's intent would refuse anyway (luaWakeNext), and how a
+// read/write lock's release tells whether the waiter it chose is a reader.
+// '?' matches it in the release scripts' PUBSUB CHANNELS pattern as it
+// matches a digit.
+const readerTicketMark = 'r'
 
 var ticketSeq atomic.Uint32
 
@@ -34,9 +50,11 @@ var ticketSeq atomic.Uint32
 // where tagged is channelKey(name). The waiter subscribes to it on every
 // node while it waits. releaseScript and releaseVouchScript, where they
 // delete the key, list the key's waiters' channels on that node (PUBSUB
-// CHANNELS), and publish to the one with the lowest ticket only: the
-// message is the SHA1 of the released owner value in hex, the same on
-// every node, so the waiter can tell one release from another.
+// CHANNELS), and publish to the one with the lowest ticket only (a
+// read/write lock's release, when that one is a reader, to every reader:
+// luaWakeNext): the message is the SHA1 of the released owner value in
+// hex, the same on every node, so the waiter can tell one release from
+// another.
 func waitChannel(ticket, name string) string {
 	return waitChannelPrefix + ticket + ":" + channelKey(name)
 }
@@ -69,8 +87,14 @@ func channelKey(name string) string {
 	return "{" + name + "}"
 }
 
-func newTicket() string {
-	return fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+// newTicket returns a waiter's ticket: a reader's (a read/write lock's
+// RLock) starts with readerTicketMark.
+func newTicket(reader bool) string {
+	t := fmt.Sprintf("%016x%08x", uint64(time.Now().UnixMicro()), ticketSeq.Add(1))
+	if reader {
+		t = string(readerTicketMark) + t[1:]
+	}
+	return t
 }
 
 // handoffWindow is how long after one of its Release calls woke a waiter of
@@ -110,7 +134,10 @@ const subscribeTimeout = 5 * time.Second
 // release, on each node where it deletes the key, publishes to the channel
 // with the lowest ticket: one waiter in all is told, the one that has waited
 // longest, so a release sends N messages, not N per waiting Client, and the
-// waiters take the key in the order they came.
+// waiters take the key in the order they came, except that a read/write
+// lock's readers come after its writers (readerTicketMark); and when no
+// writer waits, a read/write lock's release tells every waiting reader,
+// since they can all hold at once.
 //
 // A waiter is woken when a majority (N/2+1) of nodes announced the same
 // release to it since its last attempt began: the condition under which its
@@ -194,6 +221,10 @@ type lockWaiter struct {
 	// yielder: the waiter of an Acquire that yields to a waiter a
 	// Release of this Client woke (yielding); giveUp wakes it.
 	yielder bool
+	// rw: a read/write lock's waiter (RLock, Lock). Its wait runs on to
+	// the queued delay only when heard: it was subscribed on a majority
+	// of nodes when its last attempt began (sleep).
+	rw, heard bool
 }
 
 // seenRelease counts the nodes that announced one release.
@@ -233,8 +264,26 @@ func (w *lockWaiter) count(i int, id string, quorum int) bool {
 // join makes a waiter for lock key name (prefix included) with a new
 // ticket and subscribes to its channel on every node, in the background. It
 // returns nil (wait the retry delay only) once the Client is closed or when
-// no node supports pub/sub.
-func (n *notifier) join(name string) *lockWaiter {
+// no node supports pub/sub. It waits as a mutex's waiter (waitLock).
+func (n *notifier) join(name string) *lockWaiter { return n.joinAs(name, waitLock) }
+
+// waitKind is what a waiter waits as.
+type waitKind uint8
+
+const (
+	// waitLock: Client.Acquire, AcquireMulti, a semaphore's permit: a
+	// writer's ticket.
+	waitLock waitKind = iota
+	// waitWriter: a read/write lock's Lock: a writer's ticket; it waits on
+	// to the queued delay only once heard (lockWaiter.rw).
+	waitWriter
+	// waitReader: a read/write lock's RLock: a reader's ticket, after every
+	// writer's (readerTicketMark); heard as waitWriter.
+	waitReader
+)
+
+// joinAs is join for a waiter of kind k.
+func (n *notifier) joinAs(name string, k waitKind) *lockWaiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -246,7 +295,7 @@ func (n *notifier) join(name string) *lockWaiter {
 	if len(n.subs) == 0 {
 		return nil
 	}
-	w := &lockWaiter{n: n, name: name, ch: waitChannel(newTicket(), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1)}
+	w := &lockWaiter{n: n, name: name, ch: waitChannel(newTicket(k == waitReader), name), presence: waitingChannel(name), subscribed: make([]bool, len(n.subs)), wake: make(chan struct{}, 1), rw: k != waitLock}
 	n.list(w)
 	return w
 }
@@ -616,6 +665,7 @@ func (w *lockWaiter) mark() {
 	}
 	w.n.mu.Lock()
 	w.woken, w.yielder = false, false
+	w.heard = w.rw && w.majority()
 	w.n.mu.Unlock()
 	select {
 	case <-w.wake: // a wake-up for the attempt that just began
@@ -628,7 +678,15 @@ func (w *lockWaiter) mark() {
 // its attempt returns at once; one woken earlier whose attempt failed
 // subscribes again with its ticket. With queued > d (DefaultRetry), a
 // waiter that is subscribed on a majority of nodes when d ends waits on
-// until queued: it will be told of the release.
+// until queued: it will be told of the release. A read/write lock's waiter
+// waits on only when it was subscribed on a majority already when its
+// last attempt began (heard): a release between that attempt's refusal and
+// the subscription, which for the first wait is sent after the attempt,
+// told it nothing, and the free lock would wait for the queued delay:
+// about one wait in 16 of a writer behind readers that hold 5 ms
+// (BenchmarkRWLock's writer-wait) did, 125-270 ms. It makes its next
+// attempt at d instead, one more attempt per wait. A mutex's waiter has
+// the same window; its wait is left as it was.
 func (w *lockWaiter) sleep(ctx context.Context, d, queued time.Duration) {
 	if d <= 0 {
 		return
@@ -656,7 +714,7 @@ func (w *lockWaiter) sleep(ctx context.Context, d, queued time.Duration) {
 		return
 	case <-t.C:
 	}
-	if queued <= d || !w.queued() {
+	if queued <= d || !w.queued() || w.unheard() {
 		return
 	}
 	t.Reset(queued - d)
@@ -675,13 +733,27 @@ func (w *lockWaiter) queued() bool {
 	}
 	w.n.mu.Lock()
 	defer w.n.mu.Unlock()
+	return !w.n.closed && w.majority()
+}
+
+// majority reports whether a majority of nodes confirmed the waiter's
+// subscription. n.mu is held.
+func (w *lockWaiter) majority() bool {
 	k := 0
 	for _, s := range w.subscribed {
 		if s {
 			k++
 		}
 	}
-	return !w.n.closed && k >= w.n.c.quorum
+	return k >= w.n.c.quorum
+}
+
+// unheard reports whether the waiter is a read/write lock's that was not
+// subscribed on a majority of nodes when its last attempt began (sleep).
+func (w *lockWaiter) unheard() bool {
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	return w.rw && !w.heard
 }
 
 // leave removes the waiter: its channel is unsubscribed.

@@ -75,7 +75,9 @@
 // deletes the key, publishes to the waiter with the lowest ticket only; once a
 // majority of nodes announced the same release to it, that waiter retries at
 // once instead of sleeping through its retry delay, so waiters take the key in
-// the order they came. A Client whose Release woke a waiter and that acquires
+// the order they came (a read/write lock's waiting writers come before its
+// readers, and its readers are told together: see RWMutex). A Client whose
+// Release woke a waiter and that acquires
 // the same key within 50 ms waits behind the waiters (as after a failed
 // attempt) rather than race the woken one, and tries at once when a waiter
 // of its own gives up meanwhile (it may have been the one woken): a free key

@@ -66,9 +66,12 @@ func rwIntentTTL(ttl time.Duration) time.Duration { return max(ttl, rwIntentMin)
 // does (while both are valid). A waiting Lock posts an intent on the nodes
 // that refuses new readers, so a stream of readers cannot starve it; the
 // intent expires, so a writer that crashed while waiting blocks readers
-// for at most max(TTL, 1 s). Writers' fencing tokens increase from writer
-// to writer, above every earlier reader's; a reader's token is the last
-// writer's. See docs/rwlock.md.
+// for at most max(TTL, 1 s). A release that leaves the lock free for a
+// writer (the writer's, or the last reader's) wakes the longest-waiting
+// writer, ahead of readers that came before it, or when no writer waits,
+// every waiting reader at once (a hint, as for Acquire). Writers' fencing
+// tokens increase from writer to writer, above every earlier reader's; a
+// reader's token is the last writer's. See docs/rwlock.md.
 //
 // It is not reentrant, and a reader cannot upgrade to a writer: a Lock
 // called while the same process holds a read lock waits for that read lock
@@ -156,7 +159,8 @@ func (s *Lease) RWLock() *RWLock {
 
 // RLock takes a read lock for ttl, waiting while a writer holds the lock
 // or waits for it (retrying with the retry policy, as Client.Acquire; a
-// release by the writer cuts a delay short). It returns the RWLock, or
+// release by the writer, when no other writer waits, cuts the delay of
+// every waiting reader short). It returns the RWLock, or
 // Acquire's errors with the RWMutex's name as the *QuorumError's Key:
 // errors.Is(err, ErrTaken) when a writer held or waited in the last
 // attempt, ErrNoQuorum in an outage, the context's error when ctx ended
@@ -177,7 +181,8 @@ func (m *RWMutex) TryRLock(ctx context.Context, ttl time.Duration, opts ...Optio
 // refuse new readers until it holds, gives up, or the intent expires
 // (max(ttl, 1 s) after its last attempt); the readers that hold keep their
 // locks until they release or expire. A release by the last reader, or by
-// the writer, cuts a retry delay short. Errors are RLock's; ErrTaken when
+// the writer, cuts the retry delay of the longest-waiting writer short,
+// ahead of any waiting reader. Errors are RLock's; ErrTaken when
 // readers or a writer held the lock in the last attempt. A Lock that gives
 // up withdraws its intent.
 func (m *RWMutex) Lock(ctx context.Context, ttl time.Duration, opts ...Option) (*RWLock, error) {
@@ -269,6 +274,10 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 	if !wait {
 		cfg.retry, cfg.outageLimit = NoRetry(), 0
 	}
+	kind := waitWriter
+	if mode == "r" {
+		kind = waitReader
+	}
 	intent := ""
 	if mode == "w" && wait {
 		if intent, err = cfg.owner(); err != nil || intent == "" {
@@ -320,7 +329,7 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 			last.Cause = joinCause(last.Cause, over)
 			break
 		}
-		if !c.waitRetry(ctx, cfg.retry, attempt, w, &waiter, out.unannounced()) {
+		if !c.waitRetry(ctx, cfg.retry, attempt, w, kind, &waiter, out.unannounced()) {
 			break
 		}
 	}

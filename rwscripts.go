@@ -113,10 +113,15 @@ end
 // ARGV[4]), epoch trusted, only where they exist: the release may overtake
 // them), "0" for none, "undo" for a failed attempt's clean-up, which tells
 // no waiter. Otherwise, when the node is left free for a writer (a writer
-// released, or the last reader left), it tells the longest waiter
-// (luaWakeNext, passing over ARGV[5] and after). Codes: 1 deleted, 2
-// deleted and a waiter told (codeHandedOff), -1 a writer of another owner
-// holds the key, 0 not there.
+// released, or the last reader left), it tells the longest-waiting writer
+// (a Lock, or a Client.Acquire of the name), or when no writer waits,
+// every waiting reader (luaWakeNext with shared, passing over ARGV[5] and
+// after): a writer waiting behind readers gets the lock as the last of
+// them leaves, before readers that its intent refuses even if they came
+// first, and readers waiting behind a writer all go together when it
+// leaves. Codes: 1 deleted, 2 deleted and one waiter or more told
+// (codeHandedOff), -1 a writer of another owner holds the key, 0 not
+// there.
 const rwReleaseLua = luaWakeNext + luaRWHeld + `
 local mine, taken = held(ARGV[1], ARGV[2])
 if ARGV[2] == 'w' then
@@ -142,7 +147,7 @@ if ARGV[2] == 'r' then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowMs())
   if redis.call('EXISTS', KEYS[4]) == 1 then return 1 end
 end
-return wakeNext(KEYS[1], ARGV[1], 5)
+return wakeNext(KEYS[1], ARGV[1], 5, true)
 `
 
 // rwExtendLua makes owner's hold (ARGV[4] the mode) live at least ARGV[2]

@@ -248,13 +248,24 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 `
 
 // luaWakeNext is the release scripts' wake-up (notify.go): wakeNext(key,
-// owner, skipFrom), called where the key was deleted, publishes the SHA1 of
-// the released owner value to the channel of the key's waiter with the
-// lowest ticket on this node (waitChannel: the key with its hash tag,
+// owner, skipFrom, shared), called where the key was deleted, publishes the
+// SHA1 of the released owner value to the channel of the key's waiter with
+// the lowest ticket on this node (waitChannel: the key with its hash tag,
 // channelKey; the fixed-length ticket is matched by '?', the key's glob
 // characters are escaped), passing over the channels ARGV[skipFrom] and
 // after name (the releasing Client's waiters that left, leftChannels), and
-// returns 2; with no such waiter it publishes nothing and returns 1. The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
+// returns 2; with no such waiter it publishes nothing and returns 1.
+//
+// A read/write lock's readers' tickets sort after every writer's
+// (readerTicketMark), so the lowest ticket is a writer's whenever a writer
+// waits. With shared true (rwReleaseScript, where the node was left free
+// for a writer) and the lowest ticket a reader's, no writer waits: every
+// waiting reader not passed over is told, since they can all hold at once;
+// waking one left the others to sleep out their retry delay. It returns 2
+// when it told one waiter or more. The mutex's scripts leave shared nil
+// and tell one waiter, reader or not.
+//
+// The wake-up is a hint: where PUBSUB or PUBLISH fails (an ACL without
 // @pubsub, a renamed command) it returns 1 (redis.pcall), since the key was
 // deleted all the same; with redis.call the error ended the script after
 // its DEL, and the release counted a node that applied it as failed.
@@ -272,26 +283,30 @@ return liftAndVouch(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 // waited for at once, or another application's pub/sub), pays that, and so
 // do the node's other commands, which wait behind the script.
 const luaWakeNext = `
-local function wakeNext(key, owner, skipFrom)
+local function wakeNext(key, owner, skipFrom, shared)
   local o = string.find(key, '{', 1, true)
   local c = o and string.find(key, '}', o + 1, true)
   if not (c and c > o + 1) then key = '{' .. key .. '}' end
   local s = redis.pcall('PUBSUB', 'NUMSUB', 'redlock:waiting:' .. key)
   if type(s) ~= 'table' or s.err or s[2] == 0 then return 1 end
-  local p = 'redlock:wait:' .. string.rep('?', 24) .. ':' .. (string.gsub(key, '[%*%?%[%]\\]', '\\%0'))
+  local pre = 'redlock:wait:'
+  local p = pre .. string.rep('?', 24) .. ':' .. (string.gsub(key, '[%*%?%[%]\\]', '\\%0'))
   local w = redis.pcall('PUBSUB', 'CHANNELS', p)
   if type(w) ~= 'table' or w.err or #w == 0 then return 1 end
   table.sort(w)
   local skip = {}
   for i = skipFrom, #ARGV do skip[ARGV[i]] = true end
-  local next
+  local id, told = redis.sha1hex(owner), false
   for _, ch in ipairs(w) do
-    if not skip[ch] then next = ch break end
+    if not skip[ch] then
+      local r = redis.pcall('PUBLISH', ch, id)
+      if type(r) == 'table' and r.err then return 1 end
+      told = true
+      if not (shared and string.sub(ch, #pre + 1, #pre + 1) == 'r') then break end
+    end
   end
-  if not next then return 1 end
-  local r = redis.pcall('PUBLISH', next, redis.sha1hex(owner))
-  if type(r) == 'table' and r.err then return 1 end
-  return 2
+  if told then return 2 end
+  return 1
 end
 `
 
