@@ -21,11 +21,13 @@ import (
 // of incarnation_rule.go with the records the other nodes hold
 // (incRecordKey). A node whose incarnation is verified has lost no data
 // since it was recorded: its grant of a key it had never seen (a fresh
-// name) counts at once, with no wait for the other nodes. The acquire
-// script returns the node's marker with such a grant, so a flush since the
-// incarnation was read is seen at that grant. A node whose incarnation
-// changed while it was young is quarantined: none of its votes count until
-// its uptime and its marker's age reach the longest TTL (incTracker.bound).
+// name) counts at once, with no wait for the other nodes, in every lock
+// (Client.nodeVote: the mutex, the multi-key and the read/write lock). Each
+// lock's acquire script returns the node's marker with such a grant, so a
+// flush since the incarnation was read is seen at that grant. A node whose
+// incarnation changed while it was young is quarantined: none of its votes
+// count until its uptime and its marker's age reach the longest TTL
+// (incTracker.bound).
 // A node whose incarnation cannot be read (INFO denied or hidden, a cluster
 // or ring client, keys it may evict) is treated as before: the per-key
 // first-use rule (quorum.go, brandNew) decides for it.

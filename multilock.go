@@ -426,10 +426,10 @@ type multiAcq struct {
 	early []reply
 }
 
-// multiAttempt makes one attempt: vote, count (the amnesia guard per key),
-// write the tokens back where needed, check the validity, hand out the
-// Lock or clean up. On failure it also returns the index of the first key
-// found held (-1: none).
+// multiAttempt makes one attempt: vote, count (the amnesia guard per node,
+// then per key), write the tokens back where needed, check the validity,
+// hand out the Lock or clean up. On failure it also returns the index of
+// the first key found held (-1: none).
 func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, joined string, ttl time.Duration, cfg config, calls *voteCalls) (*Lock, int, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
