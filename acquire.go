@@ -358,10 +358,7 @@ type acquisition struct {
 // -2 - counter for a grant that created the epoch just now, else {code,
 // counter, epoch state, epoch age}.
 func (a *acquisition) grant(ctx context.Context, n *node) reply {
-	var snap incSnap
-	if a.c.inc != nil {
-		snap = a.c.inc.snapshot(n.Idx)
-	}
+	snap := a.c.incSnapshot(n)
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
 		// A call that gave up its wait for a connection because every one
@@ -374,9 +371,9 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 		case c == -1:
 			return reply{Code: codeTaken}
 		case c < -1:
-			return a.nodeVote(n, snap, reply{Code: codeQuarantined, Counter: uint64(-2 - c), Epoch: epochNew, Left: a.quarantine}, "", true)
+			return a.c.nodeVote(a.quarantine, n, snap, reply{Code: codeQuarantined, Counter: uint64(-2 - c), Epoch: epochNew, Left: a.quarantine}, "", true)
 		}
-		return a.nodeVote(n, snap, reply{Code: codeApplied, Counter: uint64(c), Epoch: epochTrusted}, "", false)
+		return a.c.nodeVote(a.quarantine, n, snap, reply{Code: codeApplied, Counter: uint64(c), Epoch: epochTrusted}, "", false)
 	}
 	vs, _ := v.([]any)
 	var res [4]int64
@@ -395,29 +392,7 @@ func (a *acquisition) grant(ctx context.Context, n *node) reply {
 	if r.Code == codeApplied && (r.Epoch == epochQuarantined || r.Epoch == epochNew) {
 		r.Code, r.Left = codeQuarantined, a.quarantine-time.Duration(res[3])*time.Millisecond
 	}
-	return a.nodeVote(n, snap, r, mark, true)
-}
-
-// nodeVote applies what the Client knows of node n's incarnation
-// (incarnation.go) to its grant r: a verified node's grant counts however
-// new the key's epoch there (the epoch still gets vouched for), a
-// quarantined node's does not count at all, and an unknown node's is left
-// to the per-key rule. hasMark says the script read the node's marker (every
-// grant but a trusted one's): mark is its id, "" when it is missing.
-func (a *acquisition) nodeVote(n *node, snap incSnap, r reply, mark string, hasMark bool) reply {
-	if a.c.inc == nil || a.quarantine == 0 || r.Err != nil || (r.Code != codeApplied && r.Code != codeQuarantined) {
-		return r
-	}
-	st, left := a.c.inc.vote(n.Idx, snap, mark, hasMark)
-	switch st {
-	case incVerified:
-		if r.Code == codeQuarantined && hasMark {
-			r.Code, r.Left = codeApplied, 0
-		}
-	case incQuarantined, incChanged:
-		r.Code, r.Left, r.Epoch = codeQuarantined, left, epochNodeQuarantined
-	}
-	return r
+	return a.c.nodeVote(a.quarantine, n, snap, r, mark, true)
 }
 
 // late receives a reply that arrived after the vote was decided: the acquire

@@ -5,7 +5,20 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/d3b93e30/redlock/internal/mutation"
 )
+
+// The script mutants' rewrites (mutation.Compile) read the library's
+// script sources, which only a build with the redlock_mutants tag
+// registers (mutants_on.go, with the knobs). A rewrite runs on the wire
+// and needs no knob, so the tests register the sources in every build:
+// without them a test of a script mutant fails in an ordinary go test run.
+func init() {
+	for _, s := range scripts {
+		mutation.Scripts[s.name] = s.src
+	}
+}
 
 // ScriptHashes names each Lua script's SHA1, so that tests outside the
 // package can delay or fail one script on a node.

@@ -21,11 +21,13 @@ import (
 // of incarnation_rule.go with the records the other nodes hold
 // (incRecordKey). A node whose incarnation is verified has lost no data
 // since it was recorded: its grant of a key it had never seen (a fresh
-// name) counts at once, with no wait for the other nodes. The acquire
-// script returns the node's marker with such a grant, so a flush since the
-// incarnation was read is seen at that grant. A node whose incarnation
-// changed while it was young is quarantined: none of its votes count until
-// its uptime and its marker's age reach the longest TTL (incTracker.bound).
+// name) counts at once, with no wait for the other nodes, in every lock
+// (Client.nodeVote: the mutex, the multi-key and the read/write lock). Each
+// lock's acquire script returns the node's marker with such a grant, so a
+// flush since the incarnation was read is seen at that grant. A node whose
+// incarnation changed while it was young is quarantined: none of its votes
+// count until its uptime and its marker's age reach the longest TTL
+// (incTracker.bound).
 // A node whose incarnation cannot be read (INFO denied or hidden, a cluster
 // or ring client, keys it may evict) is treated as before: the per-key
 // first-use rule (quorum.go, brandNew) decides for it.
@@ -174,6 +176,41 @@ func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incSt
 		return st, left
 	}
 	return st, 0
+}
+
+// incSnapshot is what c knows of node n's incarnation as a grant's call is
+// sent to it (unknown with the guard off), for nodeVote to judge the reply.
+func (c *Client) incSnapshot(n *node) incSnap {
+	if c.inc == nil {
+		return incSnap{}
+	}
+	return c.inc.snapshot(n.Idx)
+}
+
+// nodeVote applies what c knows of node n's incarnation to its grant r, the
+// reply of any lock's acquire script (a mutex's, a multi-key lock's, a
+// read/write lock's), so that all of them count a node's vote by one rule:
+// a verified node's grant counts however new the epochs of its keys there
+// (they still get vouched for), a quarantined or changed node's does not
+// count at all (epochNodeQuarantined, with the time left), and an unknown
+// node's is left to the per-key rule. snap is incSnapshot's, taken before
+// the call was sent; hasMark says the script read the node's marker, which
+// it does with every grant whose epochs are not all trusted: mark is its
+// id, "" when it is missing. quarantine is the attempt's (0: guard off).
+func (c *Client) nodeVote(quarantine time.Duration, n *node, snap incSnap, r reply, mark string, hasMark bool) reply {
+	if c.inc == nil || quarantine == 0 || r.Err != nil || (r.Code != codeApplied && r.Code != codeQuarantined) {
+		return r
+	}
+	st, left := c.inc.vote(n.Idx, snap, mark, hasMark)
+	switch st {
+	case incVerified:
+		if r.Code == codeQuarantined && hasMark {
+			r.Code, r.Left = codeApplied, 0
+		}
+	case incQuarantined, incChanged:
+		r.Code, r.Left, r.Epoch = codeQuarantined, left, epochNodeQuarantined
+	}
+	return r
 }
 
 // connected is the nodes Dial connects to's Options.OnConnect: it reads the

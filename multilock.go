@@ -347,6 +347,9 @@ func (c *Client) acquireMulti(ctx context.Context, mk *multiKeys, all []string, 
 		wait  = all[0] // the lock key whose release wakes this call
 	)
 	defer func() { w.leave() }()
+	if c.inc != nil && cfg.quarantine > 0 {
+		c.inc.use(ttl) // as Acquire: read the nodes' incarnations, note the TTL
+	}
 	for attempt := 1; ; attempt++ {
 		calls.wait()
 		done, open := c.eng.Begin(cfg.timeoutFor(ttl))
@@ -423,10 +426,10 @@ type multiAcq struct {
 	early []reply
 }
 
-// multiAttempt makes one attempt: vote, count (the amnesia guard per key),
-// write the tokens back where needed, check the validity, hand out the
-// Lock or clean up. On failure it also returns the index of the first key
-// found held (-1: none).
+// multiAttempt makes one attempt: vote, count (the amnesia guard per node,
+// then per key), write the tokens back where needed, check the validity,
+// hand out the Lock or clean up. On failure it also returns the index of
+// the first key found held (-1: none).
 func (c *Client) multiAttempt(ctx context.Context, mk *multiKeys, all []string, joined string, ttl time.Duration, cfg config, calls *voteCalls) (*Lock, int, error) {
 	owner, err := cfg.owner()
 	if err == nil && owner == "" {
@@ -504,8 +507,12 @@ func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
 // grant runs the script on node n and reads its answer into a.per[n.Idx].
 // The reply the vote counts is granted when every key's epoch is trusted
 // (or aged), quarantined otherwise: new when every untrusted key's epoch is
-// new (the first use of those keys may make them count, see count).
+// new (the first use of those keys may make them count, see count). Then
+// the node's incarnation decides as for a single key (Client.nodeVote): a
+// verified node's grant counts at once however new its keys, a quarantined
+// or changed node's never.
 func (a *multiAcq) grant(ctx context.Context, n *node) reply {
+	snap := a.c.incSnapshot(n)
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
 		// Not sent when it gave up its wait for a connection (as
@@ -533,14 +540,22 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 		}
 		return reply{Code: codeTaken}
 	case 1:
-		if len(vs) != 1+3*k {
+		if len(vs) != 1+3*k && len(vs) != 2+3*k {
 			return bad
 		}
 	default:
 		return bad
 	}
+	var mark string
+	if len(vs) == 2+3*k {
+		var ok bool
+		if mark, ok = vs[1+3*k].(string); !ok {
+			return bad
+		}
+	}
 	g.counters, g.epochs, g.ages = make([]uint64, k), make([]int64, k), make([]int64, k)
 	r := reply{Code: codeApplied, Epoch: epochTrusted}
+	hasMark := false // the script read the marker: some epoch is not trusted
 	for i := range k {
 		c, ok1 := vs[1+3*i].(int64)
 		st, ok2 := vs[2+3*i].(int64)
@@ -549,6 +564,7 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 			return bad
 		}
 		g.counters[i], g.epochs[i], g.ages[i] = uint64(c), st, age
+		hasMark = hasMark || st != epochTrusted
 		switch st {
 		case epochQuarantined:
 			r.Code, r.Epoch = codeQuarantined, epochQuarantined
@@ -564,16 +580,21 @@ func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 			}
 		}
 	}
+	if mark != "" && !hasMark {
+		return bad
+	}
 	r.Counter = g.counters[0]
-	return r
+	return a.c.nodeVote(a.quarantine, n, snap, r, mark, hasMark)
 }
 
-// count applies the amnesia guard per key: a node's grant counts when every
-// key's epoch there is trusted or aged, or new for a key that is new to the
-// cluster (every node that answered reported it new, at least a majority
-// of them: the first-use rule of acquisition.countVotes, key by key). It
-// marks those nodes granted in acq and returns every node that set the keys
-// in time, counted or not.
+// count applies the amnesia guard per key to the nodes whose incarnation
+// is unknown (grant applied the per-node rule: a verified node's grant is
+// counted already, a quarantined node's never counts): such a node's grant
+// counts when every key's epoch there is trusted or aged, or new for a key
+// that is new to the cluster (every node that answered reported it new, at
+// least a majority of them: the first-use rule of acquisition.countVotes,
+// key by key). It marks those nodes granted in acq and returns every node
+// that set the keys in time, counted or not.
 func (a *multiAcq) count(acq *tally) []int {
 	k := len(a.mk.names)
 	brandNew := make([]bool, k)
@@ -581,6 +602,8 @@ func (a *multiAcq) count(acq *tally) []int {
 		fresh, others := 0, 0
 		for i, r := range acq.results {
 			switch {
+			case r.Outcome == OutcomeQuarantined && acq.epochs[i] == epochNodeQuarantined:
+				others++ // as tally.Record counts it for a single key
 			case r.Outcome == OutcomeGranted || r.Outcome == OutcomeQuarantined:
 				if a.per[i].epochs[j] == epochNew {
 					fresh++
@@ -599,8 +622,8 @@ func (a *multiAcq) count(acq *tally) []int {
 			continue
 		}
 		grants = append(grants, i)
-		if r.Outcome == OutcomeGranted {
-			continue
+		if r.Outcome == OutcomeGranted || acq.epochs[i] == epochNodeQuarantined {
+			continue // a quarantined node was logged once, when it entered its quarantine
 		}
 		counts := true
 		for j, st := range a.per[i].epochs {

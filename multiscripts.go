@@ -14,9 +14,11 @@ package redlock
 // for a key of another type). Otherwise it returns {1, c1, s1, a1, c2, s2,
 // a2, ...}: per key its fencing counter (0 with fencing off), its epoch
 // state (epochTrusted, ...; epochTrusted with the guard off) and its epoch's
-// age in ms, with the rules of acquireScript applied to each key. The SET
-// keeps NX, a no-op after the check: a mutant that skips the check then
-// sets only the free keys.
+// age in ms, with the rules of acquireScript applied to each key; when some
+// key's epoch is not trusted and the node has a marker, the marker's id
+// follows, as in acquireScript's reply (the per-node rule, incarnation.go).
+// The SET keeps NX, a no-op after the check: a mutant that skips the check
+// then sets only the free keys.
 const multiAcquireLua = luaGrantRules + `
 local k = #KEYS / 3
 local held = {}
@@ -35,6 +37,7 @@ end
 local r = tonumber(ARGV[4])
 local q = tonumber(ARGV[3])
 local out = {1}
+local trusted = true
 for i = 1, k do
   local lk, fk, ek = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   redis.call('SET', lk, ARGV[1], 'NX', 'PX', ARGV[2])
@@ -49,6 +52,10 @@ for i = 1, k do
   out[#out + 1] = c
   out[#out + 1] = st
   out[#out + 1] = age
+  trusted = trusted and st == 0
+end
+if not trusted then
+  out[#out + 1] = marker() -- nil (no marker) appends nothing
 end
 return out
 `

@@ -284,6 +284,9 @@ func (m *RWMutex) acquire(ctx context.Context, mode string, ttl time.Duration, c
 			return nil, fmt.Errorf("%w: lock %s: owner generator: %v", ErrNotAcquired, keyText(m.name), err)
 		}
 	}
+	if c.inc != nil && cfg.quarantine > 0 {
+		c.inc.use(ttl) // as Acquire: read the nodes' incarnations, note the TTL
+	}
 	ctx, end := cfg.startCall(ctx, OpAcquire, m.name)
 	var (
 		calls  voteCalls
@@ -483,21 +486,27 @@ func (m *RWMutex) attempt(ctx context.Context, mode string, keys []string, inten
 }
 
 // grant runs the acquire script on node n: {1, counter, epoch state, age}
-// for a grant, {-1, writer, readers, waiting} for a refusal (recorded in
-// a.per).
+// for a grant (and the node's marker id when the epoch is not trusted),
+// {-1, writer, readers, waiting} for a refusal (recorded in a.per). A grant
+// is then judged by the node's incarnation as a mutex's is
+// (Client.nodeVote).
 func (a *rwAcq) grant(ctx context.Context, n *node) reply {
+	snap := a.c.incSnapshot(n)
 	v, err := a.call.Run(ctx, n).Result()
 	if err != nil {
 		return reply{Err: err, Shed: errors.Is(err, nodecall.ErrOverdue)}
 	}
 	vs, _ := v.([]any)
 	bad := reply{Err: fmt.Errorf("redlock: unexpected read/write lock acquire reply %v", v)}
-	if len(vs) != 4 {
+	if len(vs) != 4 && len(vs) != 5 {
 		return bad
 	}
 	code, _ := vs[0].(int64)
 	switch code {
 	case -1:
+		if len(vs) != 4 {
+			return bad
+		}
 		w, _ := vs[1].(string)
 		rd, _ := vs[2].(int64)
 		wt, _ := vs[3].(int64)
@@ -518,11 +527,20 @@ func (a *rwAcq) grant(ctx context.Context, n *node) reply {
 	if res[0] < 0 {
 		return bad
 	}
+	var mark string
+	if len(vs) == 5 {
+		var ok bool
+		if mark, ok = vs[4].(string); !ok {
+			return bad
+		}
+	}
 	r := reply{Code: codeApplied, Counter: uint64(res[0]), Epoch: res[1]}
 	if r.Epoch == epochQuarantined || r.Epoch == epochNew {
 		r.Code, r.Left = codeQuarantined, a.quarantine-time.Duration(res[2])*time.Millisecond
 	}
-	return r
+	// The script reads the marker with every grant whose epoch is not
+	// trusted ("" when it is missing).
+	return a.c.nodeVote(a.quarantine, n, snap, r, mark, r.Epoch != epochTrusted)
 }
 
 // reask settles a split first use as acquisition.reask does: several
@@ -585,9 +603,10 @@ func (a *rwAcq) revote(prev *tally, calls *voteCalls) *tally {
 	return acq
 }
 
-// count applies the amnesia guard's first-use rule (acquisition.countVotes):
-// fresh votes count when the name is new to the cluster. It returns every
-// node that granted in time, counted or not.
+// count applies the amnesia guard's first-use rule (acquisition.countVotes)
+// to the nodes whose incarnation is unknown (grant applied the per-node
+// rule): fresh votes count when the name is new to the cluster. It returns
+// every node that granted in time, counted or not.
 func (a *rwAcq) count(acq *tally) []int {
 	if acq.brandNew() && !a.unsure {
 		for i := range acq.results {
@@ -601,6 +620,10 @@ func (a *rwAcq) count(acq *tally) []int {
 	for i, r := range acq.results {
 		switch r.Outcome {
 		case OutcomeQuarantined:
+			if acq.epochs[i] == epochNodeQuarantined {
+				grants = append(grants, i) // logged once, when it entered its quarantine
+				continue
+			}
 			a.cfg.logger.Warn("redlock: vote not counted: node quarantined by the amnesia guard",
 				"key", keyAttr(a.name), "node", r.Node, "quarantine_left", r.QuarantineLeft)
 			fallthrough

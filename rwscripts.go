@@ -30,8 +30,11 @@ import "github.com/d3b93e30/redlock/internal/nodecall"
 // refused posts its intent, if it has one, so that new readers wait.
 // Either grant applies the epoch rules of acquireScript.
 //
-// Replies: {1, counter, epoch state, epoch age ms} for a grant; {-1, the
-// writer's owner value or "", live readers, waiting writers} when refused.
+// Replies: {1, counter, epoch state, epoch age ms} for a grant, with the
+// node's marker id after them when the epoch is not trusted and the node
+// has a marker (as acquireScript's reply: the per-node rule,
+// incarnation.go); {-1, the writer's owner value or "", live readers,
+// waiting writers} when refused.
 const rwAcquireLua = luaGrantRules + `
 local t = clock()
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,6 +84,12 @@ local q = tonumber(ARGV[3])
 local st, age = 0, 0
 if q >= 0 then
   st, age = epoch(KEYS[3], ARGV[1], q, r)
+end
+if st ~= 0 then
+  local m = marker()
+  if m then
+    return {1, c, st, age, m}
+  end
 end
 return {1, c, st, age}
 `

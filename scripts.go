@@ -43,15 +43,20 @@ local function micros(t)
 end
 `
 
-// luaGrantRules is the part of a grant that acquireScript and
-// multiAcquireScript share, so that the two cannot drift apart; both take
-// acquireScript's ARGV. clock() is the node's TIME, read once per script.
+// luaGrantRules is the part of a grant that acquireScript,
+// multiAcquireScript and rwAcquireScript share, so that they cannot drift
+// apart; all take acquireScript's ARGV. clock() is the node's TIME, read
+// once per script.
 // seeded(fk, c, r) finishes a grant's counter fk, just incremented to c:
 // a counter that did not exist (c is 1) is seeded by the rules of
 // acquireScript, and the counter gets the retention r (ms); it returns the
 // counter. epoch(ek, owner, q, r) reads and updates the key's epoch ek for
 // a grant to owner with the quarantine q (ms) and returns its state
 // (epochTrusted...), its age in ms and whether it was created just now.
+// marker() is the node's marker id (incarnation.go), nil when the marker
+// is missing (or unreadable): a grant whose epochs are not all trusted
+// returns it, read in the same call, so that the client's per-node rule
+// (Client.nodeVote) sees a flush since it read the marker.
 const luaGrantRules = luaHelpers + `
 local clockT
 local function clock()
@@ -99,6 +104,11 @@ local function epoch(ek, owner, q, r)
     return 2, age, false
   end
   return 1, age, false
+end
+local function marker()
+  local m = redis.pcall('HGET', 'redlock:marker', 'id')
+  if type(m) == 'string' then return m end
+  return nil
 end
 `
 
@@ -168,10 +178,10 @@ local st, age, created = epoch(KEYS[3], ARGV[1], q, r)
 if st == 0 then
   return c -- trusted
 end
--- the node's marker (incarnation.go), read in the same call: a flush since
--- the client read it shows here
-local m = redis.pcall('HGET', 'redlock:marker', 'id')
-if type(m) == 'string' then
+-- the node's marker, read in the same call: a flush since the client read
+-- it shows here
+local m = marker()
+if m then
   return {1, c, st, age, m}
 end
 if created then
