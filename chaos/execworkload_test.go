@@ -35,6 +35,7 @@ func TestWatchedJob_NotesTheSignalsSentBeforeTheExit(t *testing.T) {
 // exec-ignores-loss mutant's job outlives its lock, and the trial says when
 // its exit was seen.
 func TestRun_SurpriseTrialCarriesTheClientsNotes(t *testing.T) {
+	needMutants(t) // exec-ignores-loss is a knob of the mutant build
 	ctx := context.Background()
 	cluster := newTestCluster(t, ClusterOptions{Nodes: 5})
 	s, ok := Find("exec-asymmetric-partition")
