@@ -136,9 +136,13 @@ type rwHold struct {
 func (h *RWLock) Shared() bool { return h.rw.mode == "r" }
 
 // Extend is Lock.Extend on the reader's or writer's hold; it returns the new
-// RWLock. A writer waiting does not stop a reader's extension: readers that
-// hold keep holding (bound them with WithMaxHold in DoRead).
+// RWLock (ErrInvalidArgument for a nil ctx). A writer waiting does not stop
+// a reader's extension: readers that hold keep holding (bound them with
+// WithMaxHold in DoRead).
 func (h *RWLock) Extend(ctx context.Context, ttl time.Duration) (*RWLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	l, err := h.Lock.Extend(ctx, ttl)
 	if err != nil {
 		return nil, err
@@ -164,8 +168,8 @@ func (s *Lease) RWLock() *RWLock {
 // Acquire's errors with the RWMutex's name as the *QuorumError's Key:
 // errors.Is(err, ErrTaken) when a writer held or waited in the last
 // attempt, ErrNoQuorum in an outage, the context's error when ctx ended
-// (all match ErrNotAcquired); ErrInvalidArgument for a bad ttl or option,
-// ErrClosed when the Client is closed.
+// (all match ErrNotAcquired); ErrInvalidArgument for a nil ctx, a bad ttl
+// or option, ErrClosed when the Client is closed.
 func (m *RWMutex) RLock(ctx context.Context, ttl time.Duration, opts ...Option) (*RWLock, error) {
 	return m.lockWith(ctx, "r", ttl, opts, true)
 }
@@ -201,7 +205,8 @@ func (m *RWMutex) TryLock(ctx context.Context, ttl time.Duration, opts ...Option
 // the lock can no longer be trusted (lease.Err() says why), and it is
 // released when fn returns or panics, or at the hold limit (WithMaxHold).
 // lease.Token() is the reader's token. It returns RLock's error without
-// running fn, else what Client.Do returns; ErrInvalidArgument for a nil fn.
+// running fn, else what Client.Do returns; ErrInvalidArgument for a nil fn
+// or ctx.
 func (m *RWMutex) DoRead(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
 	return m.do(ctx, "r", ttl, fn, opts)
 }
@@ -211,6 +216,9 @@ func (m *RWMutex) DoRead(ctx context.Context, ttl time.Duration, fn func(ctx con
 func (m *RWMutex) DoWrite(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
 	return m.do(ctx, "w", ttl, fn, opts)
 }
+
+// errNilContext is the read/write lock's error for a nil ctx.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
 
 // rwConfig returns the options of one call of m: the Client's, m's, then
 // opts.
@@ -232,6 +240,9 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return errNilContext
+	}
 	cfg, hold, err := rwConfig(m, opts)
 	if err != nil {
 		return err
@@ -250,6 +261,9 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 }
 
 func (m *RWMutex) lockWith(ctx context.Context, mode string, ttl time.Duration, opts []Option, wait bool) (*RWLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, _, err := rwConfig(m, opts)
 	if err != nil {
 		return nil, err

@@ -279,6 +279,19 @@ func TestRWMutex_BadInput(t *testing.T) {
 		_, err = rw.Lock(ctx, -time.Second)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		require.ErrorIs(t, rw.DoRead(ctx, time.Second, nil), redlock.ErrInvalidArgument)
+		var nilCtx context.Context
+		for _, lock := range []func(context.Context, time.Duration, ...redlock.Option) (*redlock.RWLock, error){rw.RLock, rw.TryRLock, rw.Lock, rw.TryLock} {
+			_, err = lock(nilCtx, time.Second)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		}
+		noop := func(context.Context, *redlock.Lease) error { return nil }
+		require.ErrorIs(t, rw.DoRead(nilCtx, time.Second, noop), redlock.ErrInvalidArgument)
+		require.ErrorIs(t, rw.DoWrite(nilCtx, time.Second, noop), redlock.ErrInvalidArgument)
+		r, err := rw.TryRLock(ctx, time.Second)
+		require.NoError(t, err)
+		_, err = r.Extend(nilCtx, time.Second)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		require.NoError(t, r.Release(ctx))
 		require.NoError(t, c.rl.Close())
 		_, err = c.rl.RWMutex("x")
 		require.ErrorIs(t, err, redlock.ErrClosed)
