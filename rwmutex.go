@@ -71,7 +71,8 @@ func rwIntentTTL(ttl time.Duration) time.Duration { return max(ttl, rwIntentMin)
 // writer, ahead of readers that came before it, or when no writer waits,
 // every waiting reader at once (a hint, as for Acquire). Writers' fencing
 // tokens increase from writer to writer, above every earlier reader's; a
-// reader's token is the last writer's. See docs/rwlock.md.
+// reader's token is at least the last writer's and below the next
+// writer's (RWLock). See docs/rwlock.md.
 //
 // It is not reentrant, and a reader cannot upgrade to a writer: a Lock
 // called while the same process holds a read lock waits for that read lock
@@ -118,9 +119,13 @@ func (m *RWMutex) Name() string { return m.name }
 // reader or of the writer. Every Lock method applies (Release, KeepAlive,
 // Token, ValidUntil, Validity, …); Key is the RWMutex's name. Token is the
 // fencing token: for a writer, greater than every earlier writer's and
-// reader's; for a reader, the token of the last writer before it (0 when
-// fencing is off, or no writer ever held the name within the retention).
-// docs/fencing.md says how a resource checks both.
+// reader's; for a reader, the counter as it stands: the token of the last
+// writer before it, or above it where a writer's attempt that failed, or a
+// writer's grant that came late, moved a node's counter past it, but below
+// every later writer's (0 when fencing is off, or no writer ever held the
+// name within the retention). So a reader's token orders it between two
+// writers; it does not name the last writer. docs/fencing.md says how a
+// resource checks both.
 type RWLock struct {
 	*Lock
 }

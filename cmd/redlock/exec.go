@@ -70,8 +70,8 @@ names other keys), exec takes the read/write lock's write lock, which is
 the lock KEY itself, so it excludes older exec versions too: it waits for
 the readers to finish, and while it waits new readers wait behind it;
 --min-hold keeps the write lock. Readers' holder records are not kept;
---fence-env gives a reader the token of the last writer. --shared does not
-combine with --min-hold or --permits.
+--fence-env gives a reader a token at least the last writer's and below
+the next writer's. --shared does not combine with --min-hold or --permits.
 
 COMMAND runs in a process group of its own under a small watchdog process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
