@@ -71,7 +71,8 @@ func rwIntentTTL(ttl time.Duration) time.Duration { return max(ttl, rwIntentMin)
 // writer, ahead of readers that came before it, or when no writer waits,
 // every waiting reader at once (a hint, as for Acquire). Writers' fencing
 // tokens increase from writer to writer, above every earlier reader's; a
-// reader's token is the last writer's. See docs/rwlock.md.
+// reader's token is at least the last writer's and below the next
+// writer's (RWLock). See docs/rwlock.md.
 //
 // It is not reentrant, and a reader cannot upgrade to a writer: a Lock
 // called while the same process holds a read lock waits for that read lock
@@ -118,9 +119,13 @@ func (m *RWMutex) Name() string { return m.name }
 // reader or of the writer. Every Lock method applies (Release, KeepAlive,
 // Token, ValidUntil, Validity, …); Key is the RWMutex's name. Token is the
 // fencing token: for a writer, greater than every earlier writer's and
-// reader's; for a reader, the token of the last writer before it (0 when
-// fencing is off, or no writer ever held the name within the retention).
-// docs/fencing.md says how a resource checks both.
+// reader's; for a reader, the counter as it stands: the token of the last
+// writer before it, or above it where a writer's attempt that failed, or a
+// writer's grant that came late, moved a node's counter past it, but below
+// every later writer's (0 when fencing is off, or no writer ever held the
+// name within the retention). So a reader's token orders it between two
+// writers; it does not name the last writer. docs/fencing.md says how a
+// resource checks both.
 type RWLock struct {
 	*Lock
 }
@@ -136,9 +141,13 @@ type rwHold struct {
 func (h *RWLock) Shared() bool { return h.rw.mode == "r" }
 
 // Extend is Lock.Extend on the reader's or writer's hold; it returns the new
-// RWLock. A writer waiting does not stop a reader's extension: readers that
-// hold keep holding (bound them with WithMaxHold in DoRead).
+// RWLock (ErrInvalidArgument for a nil ctx). A writer waiting does not stop
+// a reader's extension: readers that hold keep holding (bound them with
+// WithMaxHold in DoRead).
 func (h *RWLock) Extend(ctx context.Context, ttl time.Duration) (*RWLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	l, err := h.Lock.Extend(ctx, ttl)
 	if err != nil {
 		return nil, err
@@ -164,8 +173,8 @@ func (s *Lease) RWLock() *RWLock {
 // Acquire's errors with the RWMutex's name as the *QuorumError's Key:
 // errors.Is(err, ErrTaken) when a writer held or waited in the last
 // attempt, ErrNoQuorum in an outage, the context's error when ctx ended
-// (all match ErrNotAcquired); ErrInvalidArgument for a bad ttl or option,
-// ErrClosed when the Client is closed.
+// (all match ErrNotAcquired); ErrInvalidArgument for a nil ctx, a bad ttl
+// or option, ErrClosed when the Client is closed.
 func (m *RWMutex) RLock(ctx context.Context, ttl time.Duration, opts ...Option) (*RWLock, error) {
 	return m.lockWith(ctx, "r", ttl, opts, true)
 }
@@ -201,7 +210,8 @@ func (m *RWMutex) TryLock(ctx context.Context, ttl time.Duration, opts ...Option
 // the lock can no longer be trusted (lease.Err() says why), and it is
 // released when fn returns or panics, or at the hold limit (WithMaxHold).
 // lease.Token() is the reader's token. It returns RLock's error without
-// running fn, else what Client.Do returns; ErrInvalidArgument for a nil fn.
+// running fn, else what Client.Do returns; ErrInvalidArgument for a nil fn
+// or ctx.
 func (m *RWMutex) DoRead(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
 	return m.do(ctx, "r", ttl, fn, opts)
 }
@@ -211,6 +221,9 @@ func (m *RWMutex) DoRead(ctx context.Context, ttl time.Duration, fn func(ctx con
 func (m *RWMutex) DoWrite(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
 	return m.do(ctx, "w", ttl, fn, opts)
 }
+
+// errNilContext is the read/write lock's error for a nil ctx.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
 
 // rwConfig returns the options of one call of m: the Client's, m's, then
 // opts.
@@ -232,6 +245,9 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return errNilContext
+	}
 	cfg, hold, err := rwConfig(m, opts)
 	if err != nil {
 		return err
@@ -250,6 +266,9 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 }
 
 func (m *RWMutex) lockWith(ctx context.Context, mode string, ttl time.Duration, opts []Option, wait bool) (*RWLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, _, err := rwConfig(m, opts)
 	if err != nil {
 		return nil, err

@@ -90,11 +90,14 @@ func TestRWMutex_WaitingWriterBlocksNewReaders(t *testing.T) {
 		r1, err := rw.TryRLock(ctx, ttl10s)
 		require.NoError(t, err)
 
-		got := make(chan *redlock.RWLock, 1)
-		go func() {
+		type result struct {
+			w   *redlock.RWLock
+			err error
+		}
+		got := make(chan result, 1)
+		go func() { // it reports to the test, which may have ended when Lock returns
 			w, err := rw.Lock(ctx, ttl10s)
-			assert.NoError(t, err)
-			got <- w
+			got <- result{w, err}
 		}()
 		time.Sleep(50 * time.Millisecond) // the writer's first attempt posts its intent
 		synctest.Wait()
@@ -105,13 +108,46 @@ func TestRWMutex_WaitingWriterBlocksNewReaders(t *testing.T) {
 		r1, err = r1.Extend(ctx, ttl10s)
 		require.NoError(t, err, "a reader that holds may extend while a writer waits")
 		require.NoError(t, r1.Release(ctx))
-		w := <-got
+		res := <-got
+		require.NoError(t, res.err)
+		w := res.w
 		assert.Greater(t, w.Token(), r1.Token())
 		synctest.Wait() // the withdrawal on the nodes that did not grant
 		assert.Zero(t, c.holders(redlock.RWWritersKey("schema")), "the writer's intent is gone")
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		assert.Zero(t, c.rwKeysLeft("schema"))
+	})
+}
+
+// A hold that expired is not released by its Release: a reader's Release
+// finds no member of its own on the nodes and reports ErrNotHeld, as the
+// writer's and the mutex's do, without touching the readers that hold.
+func TestRWMutex_ReleaseAfterExpiryIsNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newWarmCluster(t, 3)
+		rw, err := c.rl.RWMutex("feed")
+		require.NoError(t, err)
+		old, err := rw.TryRLock(ctx, time.Second)
+		require.NoError(t, err)
+		w, err := rw.TryLock(ctx, time.Second)
+		require.ErrorIs(t, err, redlock.ErrTaken)
+		require.Nil(t, w)
+		time.Sleep(1500 * time.Millisecond) // old expires
+		r, err := rw.TryRLock(ctx, ttl10s)
+		require.NoError(t, err)
+		require.ErrorIs(t, old.Release(ctx), redlock.ErrNotHeld, "an expired reader's release")
+		_, err = rw.TryLock(ctx, time.Second)
+		require.ErrorIs(t, err, redlock.ErrTaken, "the reader that holds still holds")
+		require.NoError(t, r.Release(ctx))
+
+		w, err = rw.TryLock(ctx, time.Second)
+		require.NoError(t, err)
+		time.Sleep(1500 * time.Millisecond) // w expires
+		require.ErrorIs(t, w.Release(ctx), redlock.ErrNotHeld, "an expired writer's release")
+		synctest.Wait()
+		assert.Zero(t, c.rwKeysLeft("feed"))
 	})
 }
 
@@ -243,6 +279,19 @@ func TestRWMutex_BadInput(t *testing.T) {
 		_, err = rw.Lock(ctx, -time.Second)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		require.ErrorIs(t, rw.DoRead(ctx, time.Second, nil), redlock.ErrInvalidArgument)
+		var nilCtx context.Context
+		for _, lock := range []func(context.Context, time.Duration, ...redlock.Option) (*redlock.RWLock, error){rw.RLock, rw.TryRLock, rw.Lock, rw.TryLock} {
+			_, err = lock(nilCtx, time.Second)
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		}
+		noop := func(context.Context, *redlock.Lease) error { return nil }
+		require.ErrorIs(t, rw.DoRead(nilCtx, time.Second, noop), redlock.ErrInvalidArgument)
+		require.ErrorIs(t, rw.DoWrite(nilCtx, time.Second, noop), redlock.ErrInvalidArgument)
+		r, err := rw.TryRLock(ctx, time.Second)
+		require.NoError(t, err)
+		_, err = r.Extend(nilCtx, time.Second)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		require.NoError(t, r.Release(ctx))
 		require.NoError(t, c.rl.Close())
 		_, err = c.rl.RWMutex("x")
 		require.ErrorIs(t, err, redlock.ErrClosed)

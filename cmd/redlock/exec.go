@@ -65,12 +65,13 @@ increases from holder to holder of the same permit only.
 
 With --shared (the habit of 'flock -s'), COMMAND runs as a reader of the
 read/write lock KEY: any number of hosts with --shared run at once, while
-none runs without it. Without --shared (and without --min-hold or
---permits), exec takes the read/write lock's write lock, which is the lock
-KEY itself, so it excludes older exec versions too: it waits for the
-readers to finish, and while it waits new readers wait behind it. Readers'
-holder records are not kept; --fence-env gives a reader the token of the
-last writer. --shared does not combine with --min-hold or --permits.
+none runs without it. Without --shared (and without --permits, which
+names other keys), exec takes the read/write lock's write lock, which is
+the lock KEY itself, so it excludes older exec versions too: it waits for
+the readers to finish, and while it waits new readers wait behind it;
+--min-hold keeps the write lock. Readers' holder records are not kept;
+--fence-env gives a reader a token at least the last writer's and below
+the next writer's. --shared does not combine with --min-hold or --permits.
 
 COMMAND runs in a process group of its own under a small watchdog process.
 SIGHUP, SIGINT, SIGQUIT and SIGTERM received by redlock are forwarded to the
@@ -641,12 +642,14 @@ func acquireForExec(ctx context.Context, client *redlock.Client, conns *nodeConn
 }
 
 // acquireKey takes the lock on --key (the write lock of the read/write lock
-// --key, or a read lock with --shared; the plain lock with --min-hold), or
-// with --permits one permit of the semaphore --key, retrying while busy
-// until --wait has passed.
+// --key, or a read lock with --shared), or with --permits one permit of the
+// semaphore --key, retrying while busy until --wait has passed. --min-hold
+// takes the write lock too (exec holds it on after COMMAND, holdFor), so
+// that it never runs beside --shared readers: the plain lock on --key would
+// exclude new readers but not wait for those that hold.
 func acquireKey(ctx context.Context, client *redlock.Client, f execFlags) (*redlock.Lock, error) {
 	retry := redlock.WithRetry(retryWithin(f.wait))
-	if f.permits <= 1 && f.minHold == 0 {
+	if f.permits <= 1 {
 		// The read/write lock's writer is the lock on f.key itself.
 		rw, err := client.RWMutex(f.key)
 		if err != nil {
@@ -661,9 +664,6 @@ func acquireKey(ctx context.Context, client *redlock.Client, f execFlags) (*redl
 			return nil, err
 		}
 		return l.Lock, nil
-	}
-	if f.permits <= 1 {
-		return client.Acquire(ctx, f.key, f.ttl, retry)
 	}
 	sem, err := client.Semaphore(f.key, f.permits)
 	if err != nil {

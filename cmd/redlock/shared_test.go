@@ -13,7 +13,7 @@ import (
 
 // `redlock exec --shared` runs COMMAND as a reader: two readers run at once
 // (each waits for the other's file), an exclusive run is busy meanwhile,
-// and it runs once they are done.
+// with --min-hold too, and it runs once they are done.
 func TestExec_Shared(t *testing.T) {
 	redisserver.Require(t)
 	bin := redlockBinary(t)
@@ -33,6 +33,8 @@ func TestExec_Shared(t *testing.T) {
 	rb.waitFile(t, b)
 	w := startRedlock(t, bin, nodes, "exec", "--key", "cache", "--ttl", "5s", "--", "true")
 	assert.Equal(t, exitBusy, w.wait(t), "a writer is busy while readers run: %s", w.stderr.String())
+	w = startRedlock(t, bin, nodes, "exec", "--key", "cache", "--ttl", "5s", "--min-hold", "1s", "--", "true")
+	assert.Equal(t, exitBusy, w.wait(t), "a writer with --min-hold is busy while readers run: %s", w.stderr.String())
 	require.NoError(t, os.WriteFile(done, nil, 0o600))
 	assert.Equal(t, 0, ra.wait(t), "both readers ran at once: %s", ra.stderr.String())
 	assert.Equal(t, 0, rb.wait(t), "both readers ran at once: %s", rb.stderr.String())
