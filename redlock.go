@@ -367,7 +367,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 // (127.0.0.1 and localhost): only the same address spelled the same way.
 //
 // It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
-// outside 1..65535, the same address twice, or a bad option.
+// outside 1..65535, a negative database number or pool_size, the same
+// address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	return dial(urls, nil, opts)
 }
@@ -460,6 +461,14 @@ func parseNodeURL(u string) (*redis.Options, error) {
 	o, err := redis.ParseURL(u)
 	if err != nil {
 		return nil, err
+	}
+	// go-redis takes both as they are: a negative pool size panics when
+	// the client is made, and a negative database fails every connection.
+	if o.PoolSize < 0 {
+		return nil, fmt.Errorf("pool_size %d must not be negative", o.PoolSize)
+	}
+	if o.DB < 0 {
+		return nil, fmt.Errorf("database number %d must not be negative", o.DB)
 	}
 	if o.Network == "tcp" {
 		_, port, err := net.SplitHostPort(o.Addr)
