@@ -56,7 +56,8 @@
 // ..." when a command a script runs is denied), READONLY (a replica; retried
 // on a Sentinel failover client, which switches to the new master by
 // itself), MOVED, ASK, CROSSSLOT (a Redis Cluster node), ERR unknown command
-// (EVALSHA or EVAL renamed or disabled), NOSCRIPT, and WRONGTYPE (another
+// (EVALSHA or EVAL renamed or disabled), ERR DB index is out of range (a
+// URL's database number the node does not have), NOSCRIPT, and WRONGTYPE (another
 // kind of key under the name of the lock's fencing counter or epoch; one
 // under the lock's own name makes the node answer "taken", as SET NX does).
 // The call fails at once with ErrMisconfigured (errors.Is) in the
