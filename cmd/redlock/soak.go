@@ -61,7 +61,7 @@ func parseSoakFlags(args []string, stdout, stderr io.Writer) (soakFlags, error) 
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), soakHelp)
-		fs.PrintDefaults()
+		printDefaults(fs)
 	}
 	o := &f.opt
 	fs.IntVar(&o.Clients, "clients", 1000, "client goroutines")
