@@ -105,6 +105,10 @@ func parseSoakFlags(args []string, stdout, stderr io.Writer) (soakFlags, error) 
 	if f.progress < 0 {
 		return f, fmt.Errorf("--progress %v is negative", f.progress)
 	}
+	// Bad usage, before any server starts (Soak would refuse them later).
+	if err := o.Check(); err != nil {
+		return f, err
+	}
 	return f, nil
 }
 
