@@ -686,6 +686,9 @@ func (c *Client) closeConns() error {
 // Bad arguments give ErrInvalidArgument; a closed client ErrClosed (also when
 // Close is called between attempts).
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg := c.cfg
 	if err := cfg.apply(opts); err != nil {
 		return nil, err

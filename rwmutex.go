@@ -229,6 +229,9 @@ func rwConfig[O DoOption](m *RWMutex, opts []O) (config, holdConfig, error) {
 }
 
 func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts []DoOption) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -250,6 +253,9 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 }
 
 func (m *RWMutex) lockWith(ctx context.Context, mode string, ttl time.Duration, opts []Option, wait bool) (*RWLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, _, err := rwConfig(m, opts)
 	if err != nil {
 		return nil, err
