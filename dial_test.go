@@ -26,4 +26,14 @@ func TestDial_HostPortAndPortRange(t *testing.T) {
 		assert.Contains(t, err.Error(), "out of range", u)
 		assert.NotContains(t, err.Error(), "s3cretPw")
 	}
+
+	// go-redis takes a negative pool size (and panics making the client)
+	// and a negative database number (every SELECT fails): Dial refuses
+	// both.
+	for _, u := range []string{"redis://:s3cretPw@127.0.0.1:7002?pool_size=-1", "redis://:s3cretPw@127.0.0.1:7002/-1"} {
+		_, err := redlock.Dial([]string{"127.0.0.1:7001", u})
+		requireInvalid(t, err, "node 2 of 2")
+		assert.Contains(t, err.Error(), "must not be negative", u)
+		assert.NotContains(t, err.Error(), "s3cretPw")
+	}
 }

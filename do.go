@@ -76,7 +76,7 @@ type Lease struct {
 // ErrLockLost.
 func (l *Lock) KeepAlive(ctx context.Context, opts ...HoldOption) (*Lease, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidArgument)
+		return nil, errNilContext
 	}
 	var hold holdConfig
 	if err := applyOptions(opts, nil, &hold); err != nil {
@@ -256,6 +256,9 @@ func (s *Lease) Lock() *Lock {
 // later calls return the first call's error. For a nested (reentrant) Lease
 // it only ends the context and returns nil: the outermost holder releases.
 func (s *Lease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	s.releaseOnce.Do(func() {
 		s.stop()
 		if !s.nested {
@@ -283,6 +286,9 @@ func (s *Lease) Release(ctx context.Context) error {
 // errors.Is matches both (fn's error alone when it already wraps the cause);
 // otherwise fn's error.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}

@@ -96,6 +96,9 @@ func (l *Leadership) Lease() *Lease { return l.lease }
 // this; later calls return its error. A nested leadership (see Campaign)
 // only ends its context and returns nil.
 func (l *Leadership) Resign(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	l.resignOnce.Do(func() {
 		if l.lease.nested {
 			l.resignErr = l.lease.Release(ctx)
@@ -126,6 +129,9 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // ErrClosed on a closed Client; otherwise Acquire's errors (ErrNotAcquired
 // wrapping ctx's error when ctx ended).
 func (c *Client) Campaign(ctx context.Context, name, identity string, ttl time.Duration, opts ...DoOption) (*Leadership, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, hold, key, err := c.electionConfig(ctx, name, &identity, ttl, opts)
 	if err != nil {
 		return nil, err
@@ -302,18 +308,21 @@ func (c *Client) deleteEverywhere(ctx context.Context, key string, timeout time.
 // WithNodeTimeout only: any other option, which it would ignore, gives
 // ErrInvalidArgument naming it.
 func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (Leader, error) {
-	onNodes, cfg, err := c.leaderKey(name, opts)
+	if ctx == nil {
+		return Leader{}, errNilContext
+	}
+	onNodes, cfg, err := c.leaderKey("Leader", name, opts)
 	if err != nil {
 		return Leader{}, err
 	}
 	return c.readLeader(ctx, onNodes, cfg)
 }
 
-// leaderKey checks the arguments of Leader and WatchLeader and returns the
-// election's lock key on the nodes.
-func (c *Client) leaderKey(name string, opts []Option) (string, config, error) {
+// leaderKey checks the arguments of Leader and WatchLeader (call) and
+// returns the election's lock key on the nodes.
+func (c *Client) leaderKey(call, name string, opts []Option) (string, config, error) {
 	cfg := c.cfg
-	err := cfg.applyOnly(opts, "Leader and WatchLeader", func(probe, was *config) {
+	err := cfg.applyOnly(opts, call, func(probe, was *config) {
 		probe.prefix, probe.nodeTimeout = was.prefix, was.nodeTimeout
 	})
 	if err != nil {
@@ -435,6 +444,9 @@ const leadRetryPause = 250 * time.Millisecond
 // can win until the nodes are fixed). opts are Campaign's; when its retry
 // policy gives up otherwise, Lead campaigns again after 250 ms.
 func (c *Client) Lead(ctx context.Context, name, identity string, ttl time.Duration, fn func(ctx context.Context, l *Leadership) error, opts ...DoOption) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}

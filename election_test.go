@@ -330,9 +330,9 @@ func TestLeader_RefusesOptionsItIgnores(t *testing.T) {
 			"WithMinHold":         redlock.WithMinHold(time.Second),
 		} {
 			_, err := c.rl.Leader(ctx, "e", opt)
-			requireInvalid(t, err, "Leader and WatchLeader does not use "+name)
+			requireInvalid(t, err, "Leader does not use "+name)
 			_, err = c.rl.WatchLeader(ctx, "e", time.Second, redlock.WithKeyPrefix("app:"), opt)
-			requireInvalid(t, err, name)
+			requireInvalid(t, err, "WatchLeader does not use "+name)
 		}
 	})
 }

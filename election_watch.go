@@ -30,10 +30,13 @@ import (
 // WithNodeTimeout only: any other option, which it would ignore, gives
 // ErrInvalidArgument naming it.
 func (c *Client) WatchLeader(ctx context.Context, name string, every time.Duration, opts ...Option) (<-chan Leader, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if every <= 0 {
 		return nil, fmt.Errorf("%w: watch re-read interval %v must be positive", ErrInvalidArgument, every)
 	}
-	onNodes, cfg, err := c.leaderKey(name, opts)
+	onNodes, cfg, err := c.leaderKey("WatchLeader", name, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,9 @@ var (
 	// (errors and logs show a long key as a short prefix and its length), a
 	// TTL too short to leave validity after the drift allowance and one
 	// per-node timeout (the error names the smallest usable TTL), a negative
-	// factor or timeout, a nil function or pointer given to an option.
+	// factor or timeout, a nil function or pointer given to an option, a
+	// nil context (every call that takes one refuses it before anything
+	// else).
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrNotAcquired means Acquire gave up: another owner holds the key on too
 	// many nodes (ErrTaken), too few nodes answered (ErrNoQuorum), the
@@ -218,3 +220,8 @@ func joinCause(a, b error) error {
 	}
 	return fmt.Errorf("%w; %w", a, b)
 }
+
+// errNilContext is what every call that takes a context returns for a nil
+// one, before it does anything: the context would otherwise panic in a
+// goroutine of the call, which the caller cannot recover.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)

@@ -56,6 +56,9 @@ type NodeState struct {
 // empty key or one Acquire refuses (longer than MaxKeyLen, a brace but no
 // hash tag) and ErrClosed on a closed Client.
 func (c *Client) Inspect(ctx context.Context, key string) ([]NodeState, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	name, err := checkKey(key, c.cfg.prefix)
 	if err != nil {
 		return nil, err

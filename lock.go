@@ -360,6 +360,9 @@ func (l *Lock) Nodes() []NodeResult { return append([]NodeResult(nil), l.nodes..
 // handle's Release returns nil. Under WithMinHold the keys expire at the
 // hold's end instead.
 func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if l.nested {
 		return nil // the outermost holder releases (reentrant.go)
 	}
@@ -619,6 +622,9 @@ func (rc releaseCount) decided() bool {
 // too few nodes answered (the receiver stays valid until its own deadline);
 // ctx's error is wrapped too when ctx ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	ctx, end := l.cfg.startCall(ctx, OpExtend, l.key)
 	start := time.Now()
 	next, t, err := l.extend(ctx, ttl)

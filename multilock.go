@@ -139,6 +139,9 @@ func (s *Lease) MultiLock() *MultiLock {
 // errors: one wrapping the Lease's cause (ErrLockLost, ErrHoldLimit) and
 // fn's error when the lock ended before fn returned, else fn's error.
 func (c *Client) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) (err error) {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
@@ -228,6 +231,9 @@ func (e *KeysTakenError) Error() string {
 // a *KeysTakenError (errors.As); no key of its attempts is left behind.
 // It is not reentrant: a Lease's context does not hold its keys for it.
 func (c *Client) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Option) (*MultiLock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg := c.cfg
 	if err := cfg.apply(opts); err != nil {
 		return nil, err

@@ -56,7 +56,8 @@
 // ..." when a command a script runs is denied), READONLY (a replica; retried
 // on a Sentinel failover client, which switches to the new master by
 // itself), MOVED, ASK, CROSSSLOT (a Redis Cluster node), ERR unknown command
-// (EVALSHA or EVAL renamed or disabled), NOSCRIPT, and WRONGTYPE (another
+// (EVALSHA or EVAL renamed or disabled), ERR DB index is out of range (a
+// URL's database number the node does not have), NOSCRIPT, and WRONGTYPE (another
 // kind of key under the name of the lock's fencing counter or epoch; one
 // under the lock's own name makes the node answer "taken", as SET NX does).
 // The call fails at once with ErrMisconfigured (errors.Is) in the
@@ -367,7 +368,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
 // (127.0.0.1 and localhost): only the same address spelled the same way.
 //
 // It returns ErrInvalidArgument for zero URLs, a malformed URL, a port
-// outside 1..65535, the same address twice, or a bad option.
+// outside 1..65535, a negative database number or pool_size, the same
+// address twice, or a bad option.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	return dial(urls, nil, opts)
 }
@@ -460,6 +462,14 @@ func parseNodeURL(u string) (*redis.Options, error) {
 	o, err := redis.ParseURL(u)
 	if err != nil {
 		return nil, err
+	}
+	// go-redis takes both as they are: a negative pool size panics when
+	// the client is made, and a negative database fails every connection.
+	if o.PoolSize < 0 {
+		return nil, fmt.Errorf("pool_size %d must not be negative", o.PoolSize)
+	}
+	if o.DB < 0 {
+		return nil, fmt.Errorf("database number %d must not be negative", o.DB)
 	}
 	if o.Network == "tcp" {
 		_, port, err := net.SplitHostPort(o.Addr)
@@ -676,6 +686,9 @@ func (c *Client) closeConns() error {
 // Bad arguments give ErrInvalidArgument; a closed client ErrClosed (also when
 // Close is called between attempts).
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg := c.cfg
 	if err := cfg.apply(opts); err != nil {
 		return nil, err

@@ -80,6 +80,9 @@ var replyRules = []replyRule{
 	{prefix: "ASK ", kind: replyUnfixable, fix: "is a Redis Cluster node: each node must be an independent master, not a member of a cluster"},
 	{prefix: "CROSSSLOT ", kind: replyUnfixable, fix: "is a Redis Cluster node: each node must be an independent master, not a member of a cluster"},
 	{prefix: "ERR unknown command", kind: replyUnfixable, fix: "does not know a command the lock needs (EVALSHA, EVAL: renamed with rename-command, or disabled): restore it"},
+	// A URL's database number (redis://host:port/DB) at or above the
+	// node's "databases" setting: SELECT fails on every connection.
+	{prefix: "ERR DB index is out of range", kind: replyUnfixable, fix: "has fewer databases than the URL's database number (redis://host:port/DB): use a number below the node's 'databases' setting (16 by default)"},
 	{prefix: "NOSCRIPT ", kind: replyUnfixable, fix: "keeps no scripts (loading the lock's script failed): check that EVAL and SCRIPT are allowed"},
 	{prefix: "WRONGTYPE ", kind: replyUnfixable, keyOnly: true, fix: "holds a key of another type under the name of a lock's fencing counter or epoch: delete it, or use another key or WithKeyPrefix"},
 

@@ -424,6 +424,17 @@ func replyCases() []replyCase {
 				requireAcquireRefused(t, acquireOnce(t, dialAddr(t, servers[0].Addr())), servers[0].Addr(), "ERR unknown command")
 			}
 		}},
+		{prefix: "ERR DB index is out of range", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
+			// A URL's database number at or above the server's
+			// "databases" (16 by default): every connection's SELECT fails.
+			servers, plain := startServersWith(t, 1, redisserver.Options{})
+			return plain[0].Do(ctx, "SELECT", 16).Err(), func(t *testing.T) {
+				rl := dialServers(t, servers, func(a string) string { return "redis://" + a + "/16" })
+				err := acquireOnce(t, rl)
+				row := requireReplyOfRow(t, err, "ERR DB index is out of range")
+				requireMisconfigured(t, err, "node "+servers[0].Addr()+"/16 "+row.Fix)
+			}
+		}},
 		{prefix: "NOSCRIPT ", kind: unfixable, provoke: func(t *testing.T, _ *replyCluster) (error, func(*testing.T)) {
 			// No call of the library ends with this reply: it answers
 			// NOSCRIPT with EVAL and the script's source, and a node

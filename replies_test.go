@@ -69,3 +69,27 @@ func TestMisconfigured_EveryOperation(t *testing.T) {
 		})
 	}
 }
+
+// A minority of nodes answering what no retry fixes leaves a quorum that
+// may still grant: Acquire keeps retrying while the key is taken elsewhere,
+// and takes it once it is free. Only when fewer than a quorum are left does
+// the call fail at once.
+func TestMisconfigured_MinorityIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, noGuard)
+		ctx := context.Background()
+		holder := c.acquireSettled(t, ctx, "report", 10*time.Second)
+		c.nodes[2].Fail("NOPERM this user has no permissions to run the 'evalsha' command")
+		retry := redlock.WithRetry(redlock.LinearRetry(10*time.Millisecond, 0, 3))
+		_, err := c.rl.Acquire(ctx, "report", 10*time.Second, retry)
+		require.ErrorIs(t, err, redlock.ErrNotAcquired)
+		require.NotErrorIs(t, err, redlock.ErrMisconfigured, "two of three nodes can still grant: %v", err)
+		assert.Greater(t, quorumError(t, err).Attempts, 1, "retried while the key is taken")
+
+		require.NoError(t, holder.Release(ctx))
+		l, err := c.rl.Acquire(ctx, "report", 10*time.Second, retry)
+		require.NoError(t, err, "a quorum of the nodes grants despite the misconfigured one")
+		require.NoError(t, l.Release(ctx))
+		synctest.Wait()
+	})
+}

@@ -242,6 +242,9 @@ func rwConfig[O DoOption](m *RWMutex, opts []O) (config, holdConfig, error) {
 }
 
 func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts []DoOption) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}

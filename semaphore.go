@@ -128,6 +128,9 @@ func (p *Permit) Extend(ctx context.Context, ttl time.Duration) (*Permit, error)
 // ended; ErrInvalidArgument for a bad ttl or option, ErrClosed when the
 // Client is closed.
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Option) (*Permit, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, _, err := semaphoreConfig(s, opts)
 	if err != nil {
 		return nil, err
@@ -138,6 +141,9 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Opti
 // TryAcquire is Acquire with one round: it tries each slot once and
 // returns an error matching ErrTaken when all were taken.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration, opts ...Option) (*Permit, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	cfg, _, err := semaphoreConfig(s, opts)
 	if err != nil {
 		return nil, err
@@ -314,6 +320,9 @@ func sleepAny(ctx context.Context, ws []*lockWaiter, d, queued time.Duration) {
 // fencing token. It returns Acquire's error without running fn, else what
 // Client.Do returns; ErrInvalidArgument for a nil fn.
 func (s *Semaphore) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error, opts ...DoOption) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}

@@ -163,6 +163,13 @@ type SoakOptions struct {
 	Progress func(SoakProgress)
 }
 
+// Check returns the error Soak would return for o's settings (a count,
+// duration, TTL or mix it refuses) without starting anything.
+func (o SoakOptions) Check() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o SoakOptions) withDefaults() (SoakOptions, error) {
 	def := func(p *int, v int) {
 		if *p == 0 {

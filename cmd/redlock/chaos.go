@@ -74,7 +74,8 @@ Examples:
   redlock chaos --mutants --mutant rw-reader-ignores-writer
   redlock chaos --scenario contention-16 --time-scale 3
   redlock chaos --backend redis-server --trials 3 --seed 42 --json
-  redlock chaos --backend redis-server --fenced redis --scenario clock-back-amnesia
+  redlock chaos --backend redis-server --fenced redis \
+    --scenario clock-back-amnesia
   redlock chaos --trials 300 --parallel 6 --time-scale 2 --doc docs/safety.md
 
 Flags:
@@ -119,7 +120,7 @@ func parseChaosFlags(args []string, stdout, stderr io.Writer) (chaosFlags, error
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), chaosHelp)
-		fs.PrintDefaults()
+		printDefaults(fs)
 	}
 	for _, a := range args {
 		if a == "--" {

@@ -53,6 +53,10 @@ Exit status:
   COMMAND's status  COMMAND exited on its own, or after a forwarded signal
                     (128+N if signal N killed it); redlock resigned
   64                bad usage: flags, node URLs, missing COMMAND
+  69                before this replica was elected, a majority of the nodes
+                    answered what no retry fixes (a password, an ACL, a
+                    replica: at once, with what to fix), or none answered
+                    for the library's outage limit (30s)
   70                internal error
   126, 127          COMMAND could not be started, or was not found
   129, 130, 131, 143
@@ -190,7 +194,7 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for {
 		l, stop, code := campaignForElect(ctx, client, f, ef, sigs, stderr)
 		if l == nil {
-			if code != exitSoftware {
+			if code != exitSoftware && code != exitUnavailable {
 				return code
 			}
 			// No job waits: a server named twice is bad usage.
@@ -261,8 +265,14 @@ func campaignForElect(ctx context.Context, client *redlock.Client, f electFlags,
 	if err != nil {
 		cancel()
 		fmt.Fprintf(stderr, "redlock elect: %v\n", err)
-		if errors.Is(err, redlock.ErrInvalidArgument) {
+		var qe *redlock.QuorumError
+		switch {
+		case errors.Is(err, redlock.ErrInvalidArgument):
 			return nil, nil, exitUsage
+		case errors.As(err, &qe) && errors.Is(err, redlock.ErrNotAcquired):
+			// A majority refused what no retry fixes, or none answered
+			// for the outage limit: the nodes, not redlock.
+			return nil, nil, exitUnavailable
 		}
 		return nil, nil, exitSoftware
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -121,6 +122,20 @@ func TestElect_LossStopsCommandAndCampaignsAgain(t *testing.T) {
 	}
 	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, r.wait(t), "stderr:\n%s", r.stderr.String())
+}
+
+// A majority of misconfigured nodes ends elect at once with 69 (the
+// nodes), not 70 (an internal error), saying what to fix.
+func TestElect_MisconfiguredNodesExitUnavailable(t *testing.T) {
+	servers, _ := startNodes(t, 3)
+	requirePass(t, servers[0], "hunter2-secret")
+	requirePass(t, servers[1], "hunter2-secret")
+	nodes := strings.Join([]string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}, ",")
+	var stdout, stderr bytes.Buffer
+	code := runElect(context.Background(), []string{"--nodes", nodes, "--name", "misconfigured", "--", "true"}, &stdout, &stderr)
+	assert.Equal(t, exitUnavailable, code, stderr.String())
+	assert.Contains(t, stderr.String(), "requires a password: set it in the URL")
+	assert.NotContains(t, stderr.String(), "hunter2-secret")
 }
 
 func TestElect_Usage(t *testing.T) {

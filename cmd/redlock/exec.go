@@ -120,7 +120,9 @@ Exit status:
   64                bad usage: flags, node URLs (a port outside 1..65535, one
                     server named twice), missing COMMAND
   69                too few nodes answered to take the lock; what each node
-                    answered is printed
+                    answered is printed, and what to fix when a majority
+                    answer what no retry fixes (a password, an ACL, a
+                    replica: then at once, not after --wait)
   70                internal error
   75                the lock is busy: another holder kept it for all of
                     --wait (change with --busy-exit, e.g. 0 for cron); prints
@@ -750,6 +752,10 @@ func notAcquired(ctx context.Context, conns *nodeConns, f execFlags, err error, 
 	case errors.As(err, &qe) && errors.Is(err, redlock.ErrNotAcquired):
 		fmt.Fprintf(stderr, "redlock exec: too few nodes answered to take the lock %q (%d of %d nodes needed):\n", f.key, qe.Quorum, len(qe.Nodes))
 		conns.describeNodes(stderr, qe.Nodes, conns.askPending(ctx, qe.Nodes))
+		if errors.Is(err, redlock.ErrMisconfigured) && qe.Cause != nil {
+			// Not retried: the library's words name the node and what to fix.
+			fmt.Fprintf(stderr, "redlock exec: %s\n", conns.redact(qe.Cause.Error()))
+		}
 		return exitUnavailable
 	}
 	fmt.Fprintf(stderr, "redlock exec: %v\n", conns.redact(err.Error()))

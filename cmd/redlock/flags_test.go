@@ -58,7 +58,7 @@ func TestHelp_DurationFlags(t *testing.T) {
 // Every line of each subcommand's help, the flag list included, fits in 80
 // columns: flag.PrintDefaults never wraps a flag's usage.
 func TestHelp_FitsIn80Columns(t *testing.T) {
-	for _, sub := range []string{"exec", "status", "elect"} {
+	for _, sub := range []string{"exec", "status", "elect", "chaos", "soak"} {
 		code, out, _ := runCLI(t, sub, "--help")
 		require.Equal(t, 0, code, sub)
 		require.Contains(t, out, "\nFlags:\n", sub)

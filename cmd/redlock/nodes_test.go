@@ -93,8 +93,33 @@ func TestExec_PendingNodesAreAskedAgain(t *testing.T) {
 	code := runExec(context.Background(), []string{"--nodes", strings.Join(urls, ","), "--key", "k", "--node-timeout", "300ms", "--", "true"}, &stdout, &stderr)
 	out := stderr.String()
 	assert.Equal(t, exitUnavailable, code, out)
-	assert.Equal(t, 3, strings.Count(out, "WRONGPASS"), out)
+	perNode := 0 // the node lines; the last line says what to fix
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  ") && strings.Contains(l, "WRONGPASS") {
+			perNode++
+		}
+	}
+	assert.Equal(t, 3, perNode, out)
+	assert.Contains(t, out, "refused the username or password", out)
 	assert.NotContains(t, out, password)
+}
+
+// A majority of the nodes answering what no retry fixes (here, a password
+// missing on two of three) ends exec at once, not after --wait, with the
+// library's words for what to fix.
+func TestExec_MisconfiguredSaysWhatToFixAtOnce(t *testing.T) {
+	servers, _ := startNodes(t, 3)
+	requirePass(t, servers[0], "hunter2-secret")
+	requirePass(t, servers[1], "hunter2-secret")
+	nodes := strings.Join([]string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}, ",")
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := runExec(context.Background(), []string{"--nodes", nodes, "--key", "k", "--wait", "30s", "--", "true"}, &stdout, &stderr)
+	out := stderr.String()
+	assert.Equal(t, exitUnavailable, code, out)
+	assert.Less(t, time.Since(start), 15*time.Second, "not retried for --wait: %s", out)
+	assert.Contains(t, out, "retrying cannot fix (not retried)", out)
+	assert.Contains(t, out, "requires a password: set it in the URL", out)
 }
 
 // One server named twice, by another spelling or another

@@ -61,7 +61,7 @@ func parseSoakFlags(args []string, stdout, stderr io.Writer) (soakFlags, error) 
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), soakHelp)
-		fs.PrintDefaults()
+		printDefaults(fs)
 	}
 	o := &f.opt
 	fs.IntVar(&o.Clients, "clients", 1000, "client goroutines")
@@ -104,6 +104,10 @@ func parseSoakFlags(args []string, stdout, stderr io.Writer) (soakFlags, error) 
 	}
 	if f.progress < 0 {
 		return f, fmt.Errorf("--progress %v is negative", f.progress)
+	}
+	// Bad usage, before any server starts (Soak would refuse them later).
+	if err := o.Check(); err != nil {
+		return f, err
 	}
 	return f, nil
 }

@@ -21,6 +21,10 @@ func TestSoak_Flags(t *testing.T) {
 		{[]string{"--ttl", "5"}, "flag -ttl: missing unit"},
 		{[]string{"--progress", "-1s"}, "negative"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--duration", "-1s"}, "durations must not be negative"},
+		{[]string{"--nodes", "2"}, "at least 3 nodes"},
+		{[]string{"--clients", "-5"}, "at least 1 client"},
+		{[]string{"--ttl", "50ms"}, "below 100 ms"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), append([]string{"soak"}, tc.args...), &out, &errOut)

@@ -66,8 +66,10 @@ Nodes are given as for 'redlock exec': --nodes or $REDLOCK_NODES.
   nodes         one object per node, in --nodes order: "node" (addr/db),
                 "state" ("held", "free" or "unknown"), "held", "owner",
                 "identity", "ttl_ms" (-1: no expiry; absent when free),
-                "fence", "quarantine", "error"; a node that did not answer
-                has state "unknown", null held and fence, and its error
+                "fence", "quarantine", "error", "health" (the HEALTH
+                column: "up", "down since HH:MM:SS", "quarantined until
+                HH:MM:SS" or "unknown"); a node that did not answer has
+                state "unknown", null held and fence, and its error
 
 Exit status: 0 when a quorum of the nodes answered, 69 when fewer did, 64 on
 bad usage (including one server named twice), 70 on an internal error.
