@@ -222,9 +222,6 @@ func (m *RWMutex) DoWrite(ctx context.Context, ttl time.Duration, fn func(ctx co
 	return m.do(ctx, "w", ttl, fn, opts)
 }
 
-// errNilContext is the read/write lock's error for a nil ctx.
-var errNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
-
 // rwConfig returns the options of one call of m: the Client's, m's, then
 // opts.
 func rwConfig[O DoOption](m *RWMutex, opts []O) (config, holdConfig, error) {
@@ -247,9 +244,6 @@ func (m *RWMutex) do(ctx context.Context, mode string, ttl time.Duration, fn fun
 	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
-	}
-	if ctx == nil {
-		return errNilContext
 	}
 	cfg, hold, err := rwConfig(m, opts)
 	if err != nil {
