@@ -20,9 +20,12 @@ import (
 // connection to the node is made (Options.OnConnect), and applies the rule
 // of incarnation_rule.go with the records the other nodes hold
 // (incRecordKey). A node whose incarnation is verified has lost no data
-// since it was recorded: its grant of a key it had never seen (a fresh
-// name) counts at once, with no wait for the other nodes, in every lock
-// (Client.nodeVote: the mutex, the multi-key and the read/write lock). Each
+// since it was recorded: once it has also been up and marked for the
+// longest TTL (old), its grant of a key it had never seen (a fresh name)
+// counts at once, with no wait for the other nodes, in every lock
+// (Client.nodeVote: the mutex, the multi-key and the read/write lock);
+// while it is young the per-key rule decides its fresh grants
+// (incRule.freshAtOnce says why). Each
 // lock's acquire script returns the node's marker with such a grant, so a
 // flush since the incarnation was read is seen at that grant. A node whose
 // incarnation changed while it was young is quarantined: none of its votes
@@ -47,7 +50,7 @@ type incStatus uint8
 
 const (
 	incUnknown     incStatus = iota // not read yet, or unreadable: the per-key rule decides
-	incVerified                     // recorded on a majority of the others: votes count, fresh ones at once
+	incVerified                     // recorded on a majority of the others: votes count, fresh ones at once once it is old
 	incQuarantined                  // a new incarnation, young: no vote counts until the quarantine ends
 	incChanged                      // a new incarnation was seen and is being checked: no vote counts
 )
@@ -64,6 +67,7 @@ type nodeIncarnation struct {
 	Status           incStatus
 	RunID, MarkerID  string
 	Uptime           time.Duration // the node's uptime when read
+	MarkerAge        time.Duration // its marker's age when read
 	ReadAt           time.Time     // when it was read (zero: never)
 	QuarantinedUntil time.Time     // zero unless quarantined
 	Reason           string        // why the status is unknown, when it is
@@ -87,6 +91,14 @@ func newIncTracker(c *Client) *incTracker {
 		t.nodes[i].Node = n.Name
 	}
 	return t
+}
+
+// freshAtOnce reports whether the node, as read at n.ReadAt, has been up
+// and marked for bound at now, so that its grant of a fresh name counts at
+// once (incRule.freshAtOnce).
+func (n *nodeIncarnation) freshAtOnce(now time.Time, bound time.Duration) bool {
+	since := now.Sub(n.ReadAt)
+	return defaultIncRule.freshAtOnce(int64(n.Uptime+since), int64(n.MarkerAge+since), int64(bound))
 }
 
 // incarnations returns every node's incarnation as this Client knows it.
@@ -143,6 +155,7 @@ func (t *incTracker) snapshot(i int) incSnap {
 // cautious of then and now (quarantined or changed, then unknown, then
 // verified), and, when its votes do not count, the time left.
 func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incStatus, time.Duration) {
+	bound := t.bound()
 	t.mu.Lock()
 	n := &t.nodes[i]
 	st, until := n.Status, n.QuarantinedUntil
@@ -154,6 +167,11 @@ func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incSt
 	}
 	if st == incVerified && snap.status != incVerified {
 		st = snap.status // verified after the call was sent: judged as then
+	}
+	if st == incVerified && !n.freshAtOnce(time.Now(), bound) {
+		// Young: an earlier incarnation that no record names may have
+		// granted a lock that is still live; the per-key rule decides.
+		st = incUnknown
 	}
 	t.mu.Unlock()
 	switch st {
@@ -190,7 +208,7 @@ func (c *Client) incSnapshot(n *node) incSnap {
 // nodeVote applies what c knows of node n's incarnation to its grant r, the
 // reply of any lock's acquire script (a mutex's, a multi-key lock's, a
 // read/write lock's), so that all of them count a node's vote by one rule:
-// a verified node's grant counts however new the epochs of its keys there
+// an old verified node's grant counts however new the epochs of its keys there
 // (they still get vouched for), a quarantined or changed node's does not
 // count at all (epochNodeQuarantined, with the time left), and an unknown
 // node's is left to the per-key rule. snap is incSnapshot's, taken before
@@ -399,7 +417,7 @@ func (t *incTracker) run(ctx context.Context, i int) {
 	defer t.mu.Unlock()
 	n := &t.nodes[i]
 	was := n.Status
-	n.RunID, n.MarkerID, n.Uptime, n.ReadAt, n.Reason = run, mark, uptime, readAt, ""
+	n.RunID, n.MarkerID, n.Uptime, n.MarkerAge, n.ReadAt, n.Reason = run, mark, uptime, markAge, readAt, ""
 	switch {
 	case plan.quarantine:
 		n.Status = incQuarantined

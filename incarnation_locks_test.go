@@ -15,7 +15,7 @@ import (
 )
 
 // The per-node rule (incarnation.go) in the multi-key and read/write locks,
-// as in the mutex: a verified node's grant of a fresh name counts at once,
+// as in the mutex: an old verified node's grant of a fresh name counts at once,
 // and a node that lost its data counts for nothing, whatever its epochs say.
 
 // A fresh name's grants from verified nodes count beside a node whose
@@ -34,7 +34,7 @@ import (
 func TestIncarnation_VerifiedNodesGrantFreshMultiAndReadLocks(t *testing.T) {
 	t.Run("multi-key lock beside a release held back", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c, _ := incCluster(t, 3, "noeviction")
+			c, _ := oldIncCluster(t, 3, "noeviction")
 			requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
 			ctx := t.Context()
 			for _, nd := range c.nodes {
@@ -62,7 +62,7 @@ func TestIncarnation_VerifiedNodesGrantFreshMultiAndReadLocks(t *testing.T) {
 	})
 	t.Run("read lock beside a first reader's vouching half done", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c, _ := incCluster(t, 3, "noeviction")
+			c, _ := oldIncCluster(t, 3, "noeviction")
 			requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
 			ctx := t.Context()
 			rw, err := c.rl.RWMutex("doc")

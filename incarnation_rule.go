@@ -13,7 +13,8 @@ package redlock
 // records complete, so that a later reader may trust one complete record.
 //
 // A node's vote counts only while its current incarnation is recorded on a
-// majority of the other nodes (or on one complete record). A client that
+// majority of the other nodes (or on one complete record); its grant of a
+// fresh name counts at once only once it is also old (freshAtOnce). A client that
 // finds a different incarnation recorded for a node that has been up, or
 // marked, for less than the longest TTL quarantines the node until its
 // uptime and its marker age reach that TTL, and leaves the record alone
@@ -42,6 +43,11 @@ type incRule struct {
 	// uptimeOnly judges a node young by its uptime alone, not its marker's
 	// age too (unsafe: a flush keeps the uptime).
 	uptimeOnly bool
+	// youngFreshAtOnce counts a young verified node's grant of a fresh name
+	// at once (unsafe: an earlier incarnation that no record names may
+	// have granted the name under the per-key rule, and the lock may still
+	// be live).
+	youngFreshAtOnce bool
 }
 
 // defaultIncRule is the rule the library applies.
@@ -67,6 +73,20 @@ func (r incRule) young(uptime, markerAge, maxTTL int64) bool {
 		return uptime < maxTTL
 	}
 	return uptime < maxTTL || markerAge < maxTTL
+}
+
+// freshAtOnce reports whether a verified node up for uptime and marked for
+// markerAge (units as in young) has its grant of a fresh name, a key it
+// created just now, counted at once, with no wait for the other nodes'
+// answers: only once it is old. While it is young, an earlier incarnation
+// of it may have granted the name to a holder whose lock is still live:
+// the records would have quarantined the node, but an incarnation is
+// recorded only once a check reaches a majority of the other nodes, and
+// until then the per-key rule counted the node's grants. So a young node's
+// fresh grant is left to the per-key rule, which sees the holder's key on
+// the other nodes.
+func (r incRule) freshAtOnce(uptime, markerAge, maxTTL int64) bool {
+	return r.youngFreshAtOnce || !r.young(uptime, markerAge, maxTTL)
 }
 
 // planIncarnation is the first half of the rule: self is the node's

@@ -515,8 +515,8 @@ func (a *multiAcq) vote(voteCtx context.Context, calls *voteCalls) *tally {
 // (or aged), quarantined otherwise: new when every untrusted key's epoch is
 // new (the first use of those keys may make them count, see count). Then
 // the node's incarnation decides as for a single key (Client.nodeVote): a
-// verified node's grant counts at once however new its keys, a quarantined
-// or changed node's never.
+// verified node's grant counts at once (once the node is old) however new
+// its keys, a quarantined or changed node's never.
 func (a *multiAcq) grant(ctx context.Context, n *node) reply {
 	snap := a.c.incSnapshot(n)
 	v, err := a.call.Run(ctx, n).Result()

@@ -92,7 +92,7 @@ type tally struct {
 	// taken those of them that said "taken"; failed the nodes unreachable,
 	// timed out or answering an error. freshOK counts the grants on epochs
 	// created just now that count at once: their node's incarnation is
-	// verified (incarnation.go), so the epoch is new indeed.
+	// verified and old (incarnation.go), so the epoch is new indeed.
 	fresh, freshOK, others, taken, failed int
 	need                                  int
 	rule                                  voteRule
