@@ -126,7 +126,7 @@ func NewImpl(kind Kind, addrs []string) (Impl, error) {
 		if kind == OursSemaphore {
 			return &semaphoreImpl{c: c}, nil
 		}
-		return &oursImpl{c: c}, nil
+		return &oursImpl{c: c, guard: kind != OursNoGuard}, nil
 	case RedsyncDefault, RedsyncTuned:
 		r := &redsyncImpl{opts: redsyncOptions(kind)}
 		pools := make([]rsredis.Pool, len(addrs))
@@ -177,9 +177,37 @@ func redsyncOptions(kind Kind) []redsync.Option {
 
 // --- ours ---
 
-type oursImpl struct{ c *redlock.Client }
+type oursImpl struct {
+	c     *redlock.Client
+	guard bool // the amnesia guard is on
+}
 
 type semaphoreImpl struct{ c *redlock.Client }
+
+// IncarnationsRead reports whether im is a Client of ours with the amnesia
+// guard on that has read every node's incarnation (NodeHealth.Incarnation
+// set: its first check of the node has ended; until then the per-key rule
+// decides the node's fresh grants). Other Impls report true.
+func IncarnationsRead(im Impl) bool {
+	var c *redlock.Client
+	switch im := im.(type) {
+	case *oursImpl:
+		if !im.guard {
+			return true
+		}
+		c = im.c
+	case *semaphoreImpl:
+		c = im.c
+	default:
+		return true
+	}
+	for _, n := range c.Health() {
+		if n.Incarnation == "" {
+			return false
+		}
+	}
+	return true
+}
 
 func (o *semaphoreImpl) Op(ctx context.Context, key string) (time.Duration, time.Duration, error) {
 	start := time.Now()
