@@ -95,6 +95,21 @@ func (l *quietLogger) Printf(context.Context, string, ...any) { l.n.Add(1) }
 
 var redisLog quietLogger
 
+// youngNodes (REDLOCK_BENCH_NODES=young; bench/run.sh NODES=young) runs the
+// cases on young nodes, as a cluster is for one longest TTL after its
+// nodes start or are flushed: no wait for the nodes to grow old, and every
+// flush a FLUSHALL (which removes each node's marker: the next Client
+// creates it again, and the node is young for LongestTTL from then). The
+// default is old nodes: see ageNodes.
+var youngNodes = os.Getenv("REDLOCK_BENCH_NODES") == "young"
+
+// ageReports are ageNodes' lines, printed by TestMain after the run (in a
+// benchmark's output they would split its result line).
+var (
+	ageMu      sync.Mutex
+	ageReports []string
+)
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(delayProxyEnv); spec != "" {
 		os.Exit(serveDelayProxies(spec)) // a child started by startDelayProxies
@@ -104,7 +119,16 @@ func TestMain(m *testing.M) {
 	if n := redisLog.n.Load(); n > 0 {
 		fmt.Printf("go-redis logged %d lines (refused dials, connections closed under faults); not shown\n", n)
 	}
+	if youngNodes {
+		fmt.Println("# nodes: young (REDLOCK_BENCH_NODES=young): every flush a FLUSHALL, no wait; a node's fresh grants go by the per-key rule for LongestTTL after a flush")
+	}
+	for _, r := range ageReports {
+		fmt.Println("# nodes: " + r)
+	}
 	for _, s := range pool {
+		s.Close()
+	}
+	for _, s := range sparesAll {
 		s.Close()
 	}
 	for _, c := range admins {
@@ -114,35 +138,18 @@ func TestMain(m *testing.M) {
 }
 
 // nodes returns the first n of the run's redis-server nodes, starting all
-// of them on first use.
+// of them on first use and making them old (ageNodes) before any case
+// uses them.
 func nodes(b *testing.B, n int) []*Server {
 	b.Helper()
 	poolOnce.Do(func() {
-		pool = make([]*Server, poolSize)
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []error
-		)
-		for i := range pool {
-			wg.Go(func() {
-				s, err := StartServer(context.Background())
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				pool[i] = s
-			})
+		pool, poolErr = startServers(poolSize)
+		if poolErr == nil {
+			poolErr = ageNodes(pool, "the pool")
 		}
-		wg.Wait()
-		if len(errs) > 0 {
-			poolErr = errs[0]
+		if poolErr != nil {
 			for _, s := range pool {
-				if s != nil {
-					s.Close()
-				}
+				s.Close()
 			}
 			pool = nil
 		}
@@ -154,6 +161,138 @@ func nodes(b *testing.B, n int) []*Server {
 		b.Fatal(poolErr)
 	}
 	return pool[:n]
+}
+
+// startServers starts n redis-servers at once; on an error it stops those
+// it started.
+func startServers(n int) ([]*Server, error) {
+	srv := make([]*Server, n)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := range srv {
+		wg.Go(func() {
+			s, err := StartServer(context.Background())
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			srv[i] = s
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		for _, s := range srv {
+			if s != nil {
+				s.Close()
+			}
+		}
+		return nil, errs[0]
+	}
+	return srv, nil
+}
+
+// ageNodes makes the nodes of srv old for LongestTTL, as the nodes of a
+// production cluster are once they have run for longer than its longest
+// TTL: the amnesia guard counts a verified node's grant of a fresh name at
+// once only then (docs/amnesia.md, "Per-node incarnation"); before, the
+// per-key rule decides it and a name's first use waits for every node. A
+// Client of ours acquires once, so that it reads every node's incarnation
+// (which creates each node's marker); then ageNodes reads every node's
+// uptime and marker age (ReadNodeAge) and sleeps until the oldest
+// requirement left is met, reading them again until each is at least
+// LongestTTL. One wait per set of servers: flush keeps the markers, so
+// the nodes stay old for the whole run. With youngNodes it does nothing.
+func ageNodes(srv []*Server, what string) error {
+	if youngNodes {
+		return nil
+	}
+	ctx := context.Background()
+	start := time.Now()
+	im, err := NewImpl(Ours, addrsOf(srv))
+	if err != nil {
+		return err
+	}
+	_, _, err = im.Op(ctx, "bench:age")
+	for t := time.Now(); !IncarnationsRead(im) && time.Since(t) < 5*time.Second; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	im.Close()
+	if err != nil {
+		return fmt.Errorf("ageing %s: %w", what, err)
+	}
+	deadline := start.Add(LongestTTL + 30*time.Second)
+	for {
+		ages := make([]NodeAge, len(srv))
+		var left time.Duration
+		for i, s := range srv {
+			a, err := ReadNodeAge(ctx, admin(s.Addr()))
+			if err != nil {
+				return fmt.Errorf("ageing %s: %w", what, err)
+			}
+			ages[i] = a
+			if !a.Marked {
+				left = max(left, 50*time.Millisecond) // the Client's check is still writing it
+			}
+			left = max(left, a.Left(LongestTTL))
+		}
+		if left == 0 {
+			youngest := ages[0]
+			for _, a := range ages {
+				if min(a.Uptime, a.MarkerAge) < min(youngest.Uptime, youngest.MarkerAge) {
+					youngest = a
+				}
+			}
+			r := fmt.Sprintf("%s, %d redis-servers, old for LongestTTL %v (WithQuarantine) before any case used them: waited %v; the youngest %v",
+				what, len(srv), LongestTTL, time.Since(start).Round(100*time.Millisecond), youngest)
+			ageMu.Lock()
+			ageReports = append(ageReports, r)
+			ageMu.Unlock()
+			return nil
+		}
+		if time.Now().Add(left).After(deadline) {
+			return fmt.Errorf("ageing %s: not old for %v after %v: %v", what, LongestTTL, time.Since(start), ages)
+		}
+		time.Sleep(left + 10*time.Millisecond)
+	}
+}
+
+// spares are redis-servers for case 4 to kill, started spareBatch at a time
+// and made old together (one ageNodes wait per batch, not per case);
+// sparesAll are all of them, for TestMain to stop.
+var (
+	spareMu           sync.Mutex
+	spares, sparesAll []*Server
+)
+
+// spareBatch is how many spares are started at once: case 4 "process" kills
+// one per call of its benchmark function (about 3 per variant at
+// -benchtime=1s, 4 variants).
+const spareBatch = 12
+
+// spareNode returns an old redis-server that no case used yet.
+func spareNode(b *testing.B) *Server {
+	b.Helper()
+	spareMu.Lock()
+	defer spareMu.Unlock()
+	if len(spares) == 0 {
+		batch, err := startServers(spareBatch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sparesAll = append(sparesAll, batch...)
+		if err := ageNodes(batch, "case 4's spare nodes"); err != nil {
+			b.Fatal(err)
+		}
+		spares = batch
+	}
+	v := spares[0]
+	spares = spares[1:]
+	return v
 }
 
 func addrsOf(srv []*Server) []string {
@@ -198,15 +337,48 @@ func scanKeys(b *testing.B, srv []*Server) map[*Server][]string {
 	return found
 }
 
-// flush empties the live servers of srv (fencing counters and any other
-// key of the library included), so the next case starts empty.
+// flush empties the live servers of srv (lock keys, fencing counters,
+// epochs and any other key of the libraries), so the next case starts with
+// no name in use, but keeps each node's incarnation keys (its marker and
+// the records of the others', IncarnationKey): nobody flushes a production
+// cluster's nodes, and a FLUSHALL would make every node young again
+// (youngNodes does just that). No Client is open while it runs.
 func flush(b *testing.B, srv []*Server) {
 	b.Helper()
 	for _, s := range srv {
 		if s.Running() {
-			if err := admin(s.Addr()).FlushAll(context.Background()).Err(); err != nil {
-				b.Fatalf("flushall %s: %v", s.Addr(), err)
+			if err := flushNode(context.Background(), admin(s.Addr())); err != nil {
+				b.Fatalf("flush %s: %v", s.Addr(), err)
 			}
+		}
+	}
+}
+
+// flushNode deletes every key of the node c is connected to but its
+// incarnation keys; with youngNodes, every key (FLUSHALL).
+func flushNode(ctx context.Context, c *redis.Client) error {
+	if youngNodes {
+		return c.FlushAll(ctx).Err()
+	}
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, "*", 5000).Result()
+		if err != nil {
+			return err
+		}
+		del := keys[:0]
+		for _, k := range keys {
+			if !IncarnationKey(k) {
+				del = append(del, k)
+			}
+		}
+		if len(del) > 0 {
+			if err := c.Unlink(ctx, del...).Err(); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
 		}
 	}
 }
@@ -364,6 +536,23 @@ func warm(b *testing.B, im Impl, workers, ring int) {
 	wg.Wait()
 }
 
+// awaitIncarnations waits, at most 2 s, until im has read every node's
+// incarnation (IncarnationsRead): a Client of ours reads them in the
+// background from its first acquisition, and until then the per-key rule
+// decides every node's fresh grants. The cases time a Client that has been
+// running, not its first milliseconds.
+func awaitIncarnations(b *testing.B, im Impl) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !IncarnationsRead(im) {
+		if time.Now().After(deadline) {
+			b.Logf("after the warm-up: some node's incarnation still unread after 2 s; the per-key rule decides its fresh grants")
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // runOps runs b.N operations of im on `workers` goroutines, goroutine w on
 // lane w. If mid is not nil it is started in its own goroutine when half of
 // the operations have started, and waited for before runOps returns; a
@@ -464,6 +653,7 @@ func benchOpsRing(b *testing.B, kind Kind, addrs []string, srv []*Server, lost *
 		b.Fatal(err)
 	}
 	warm(b, im, workers, ring)
+	awaitIncarnations(b, im)
 	if fault != nil {
 		settle(b, srv)
 		fault()
@@ -577,10 +767,12 @@ func BenchmarkC3BlackholedNode(b *testing.B) {
 }
 
 // Case 4: 4 goroutines run operations on 5 nodes; when half of the
-// operations have started, node 4 dies. "process": its redis-server gets
-// SIGKILL (the kernel resets its connections). "host": its machine vanishes
-// (the proxy in front of it starts dropping every request: no reset, no
-// reply). worst-ms is the slowest single operation of the run.
+// operations have started, node 4 dies. "process": its redis-server (an
+// old spare, spareNode, one per call) gets SIGKILL (the kernel resets its
+// connections). "host": its machine vanishes (the proxy in front of the
+// pool's node 4 starts dropping every request: no reset, no reply; the
+// node keeps its keys, counted as lost-node-keys). worst-ms is the slowest
+// single operation of the run.
 func BenchmarkC4NodeKilled(b *testing.B) {
 	for _, mode := range []string{"process", "host"} {
 		for _, k := range faultKinds {
@@ -590,27 +782,27 @@ func BenchmarkC4NodeKilled(b *testing.B) {
 				continue
 			}
 			b.Run(mode+"/"+string(k), func(b *testing.B) {
-				standing := nodes(b, 4)
-				victim, err := StartServer(context.Background())
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer victim.Close()
-				srv := append(slices.Clone(standing), victim)
-				addrs := addrsOf(srv)
 				var (
-					kill func()
-					lost *Server // unreachable but alive: its keys stay
+					srv   []*Server
+					addrs []string
+					kill  func()
+					lost  *Server // unreachable but alive: its keys stay
 				)
 				if mode == "process" {
+					victim := spareNode(b)
+					defer victim.Close()
+					srv = append(slices.Clone(nodes(b, 4)), victim)
+					addrs = addrsOf(srv)
 					kill = func() { _ = victim.Kill() }
 				} else {
-					lost = victim
-					p, err := chaos.NewProxy(victim.Addr())
+					srv = nodes(b, 5)
+					lost = srv[4]
+					p, err := chaos.NewProxy(lost.Addr())
 					if err != nil {
 						b.Fatal(err)
 					}
 					defer p.Close()
+					addrs = addrsOf(srv)
 					addrs[4] = p.Addr()
 					kill = func() { p.DropRequests(true) }
 				}

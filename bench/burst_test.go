@@ -33,15 +33,16 @@ const (
 	memFrom     = 1000
 )
 
-// dialOurs returns ours over srv with the library's defaults plus opts
-// (Dial with no option: the per-node timeout derives from the TTL).
+// dialOurs returns ours over srv with the library's defaults, the
+// cluster's longest TTL stated (WithQuarantine(LongestTTL)), plus opts (no
+// per-node timeout: it derives from the TTL).
 func dialOurs(b *testing.B, srv []*Server, opts ...redlock.Option) *redlock.Client {
 	b.Helper()
 	urls := make([]string, len(srv))
 	for i, s := range srv {
 		urls[i] = "redis://" + s.Addr()
 	}
-	c, err := redlock.Dial(urls, opts...)
+	c, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithQuarantine(LongestTTL)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

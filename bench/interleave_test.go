@@ -15,7 +15,10 @@ package bench
 //	REDLOCK_DIAG_KINDS=ours,floor ...
 //
 // By default every operation locks a name for the first time, as case 1
-// does (its fencing counter is created and seeded on every node).
+// does (its fencing counter is created and seeded on every node). Its
+// nodes are started for it and not made old (bench_test.go, ageNodes):
+// for ours the per-key rule decides every fresh grant, as in a cluster's
+// first longest TTL.
 
 import (
 	"context"

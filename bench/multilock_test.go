@@ -25,7 +25,7 @@ const multiRing = 256
 func BenchmarkMultiLock(b *testing.B) {
 	srv := nodes(b, 5)
 	b.Run("interleaved", func(b *testing.B) {
-		rl, err := redlock.Dial(addrsOf(srv))
+		rl, err := redlock.Dial(addrsOf(srv), redlock.WithQuarantine(LongestTTL))
 		if err != nil {
 			b.Fatal(err)
 		}

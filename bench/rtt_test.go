@@ -253,6 +253,7 @@ func roundTrips(b *testing.B, t topology, addrs []string, srv []*Server) {
 				}
 			}
 		}
+		awaitIncarnations(b, im)
 	}
 	rows := make([]rttRow, len(rttVariants))
 	next := make([]int, len(rttVariants)) // each variant's next name

@@ -6,6 +6,15 @@
 #   bench/run.sh                     # everything, about 2 minutes on 2 cores
 #   BENCH='C1|C5' bench/run.sh       # some cases only
 #   BENCHTIME=2s bench/run.sh        # longer runs per benchmark
+#   NODES=young bench/run.sh         # the nodes young throughout (see below)
+#
+# Before any case uses them, the nodes are made old: up and marked for the
+# longest TTL the bench's clients use (bench_test.go, ageNodes: one wait of
+# about 15 s per set of servers), as a production cluster's nodes are once
+# it has run for longer than that; the flushes between cases keep each
+# node's marker. NODES=young flushes everything (FLUSHALL) and does not
+# wait: a cluster's first longest TTL after its nodes start or are
+# flushed, when a name's first use waits for every node.
 #
 # Needs Go and redis-server on PATH. It starts its own redis-server processes
 # on free loopback ports (never touching another server, e.g. one on 6379)
@@ -17,6 +26,12 @@ cd "$(dirname "$0")"
 
 BENCH="${BENCH:-.}"
 BENCHTIME="${BENCHTIME:-1s}"
+NODES="${NODES:-old}"
+case "$NODES" in
+  old | young) ;;
+  *) echo "NODES must be old or young, not $NODES" >&2; exit 2 ;;
+esac
+export REDLOCK_BENCH_NODES="$NODES"
 command -v redis-server >/dev/null || { echo "redis-server not on PATH (apt-get install redis-server)" >&2; exit 1; }
 
 mkdir -p results
@@ -36,7 +51,7 @@ fi
 
 cmd=(go test -run '^$' -bench "$BENCH" -benchmem -benchtime="$BENCHTIME" -timeout 30m .)
 {
-  echo "# command: cd bench && go test -run '^\$' -bench '$BENCH' -benchmem -benchtime=$BENCHTIME -timeout 30m ."
+  echo "# command: cd bench && REDLOCK_BENCH_NODES=$NODES go test -run '^\$' -bench '$BENCH' -benchmem -benchtime=$BENCHTIME -timeout 30m ."
   echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "# machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
   echo "# $(redis-server --version)"

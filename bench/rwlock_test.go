@@ -29,7 +29,7 @@ func BenchmarkRWLock(b *testing.B) {
 	srv := nodes(b, 5)
 	ctx := context.Background()
 	dial := func(b *testing.B) *redlock.RWMutex {
-		rl, err := redlock.Dial(addrsOf(srv))
+		rl, err := redlock.Dial(addrsOf(srv), redlock.WithQuarantine(LongestTTL))
 		if err != nil {
 			b.Fatal(err)
 		}
