@@ -22,8 +22,21 @@ import (
 // the rule, sets the key where it is free, counts the votes the rule lets
 // count, and takes its keys back when they are not a majority. Ages are
 // clamped at the TTL, so the search covers unbounded time; the number of
-// attempts is bounded. The check fails if two clients ever hold the lock
-// at once.
+// attempts is bounded, or not. The check fails if two clients ever hold
+// the lock at once.
+//
+// It runs in two modes. The records alone (modelCfg.perKey false): a node
+// verified by its records counts at once, any other never, and attempts
+// reach any nodes: the records by themselves keep the lock safe. With the
+// per-key rule, the vote as the library counts it: each node also keeps
+// the key's epoch (none, new with its age, trusted), lost with its data; a
+// verified node counts at once only once it is old (incRule.freshAtOnce,
+// as Client.nodeVote), a quarantined one never, and any other (recorded on
+// too few of the others, or young) by the per-key rule (quorum.go,
+// brandNew; acquire.go, countVotes): its grant counts if its epoch is
+// trusted, or if the key is brand new. A success vouches for its grants'
+// epochs. This mode holds within the guard's documented limit (beyond),
+// which a broken case shows is needed.
 
 const (
 	modelT    = 3 // the TTL, in ticks
@@ -43,7 +56,22 @@ type mNode struct {
 	mark, age uint8 // marker id and age (clamped)
 	key       uint8 // ticks left on the lock key; 0: none
 	recs      [modelMaxN]mRec
+	// With the per-key rule only (modelCfg.perKey; zero otherwise):
+	ep      uint8 // the key's epoch on the node: epNone, epTrusted or epNew + its age
+	emptied uint8 // ticks left of one TTL since the node lost its data; 0: longer ago, or never
 }
+
+// The key's epoch on a node (scripts.go, acquireScript) as the per-key rule
+// sees it. A grant creates a missing epoch void, and a failed attempt
+// leaves it void: it is reported as new, keeping its age, until a
+// successful acquisition vouches for it, or until it is older than the
+// quarantine (the TTL here) and counts as trusted (epochAged: its grant
+// counts, and it is history).
+const (
+	epNone    = 0
+	epTrusted = 1 // vouched for, or older than the quarantine
+	epNew     = 2 // + its age in ticks (below modelT): created just now, or void
+)
 
 type mState struct {
 	nodes            [modelMaxN]mNode
@@ -57,6 +85,17 @@ type modelCfg struct {
 	attempts  int // at most; 0: any number
 	rule      incRule
 	guard     bool // false: the unguarded lock
+	// perKey models the whole vote: a node the records do not verify (too
+	// few of the others answered), or verify while it is young
+	// (incRule.freshAtOnce), is judged by the per-key rule. Without it the
+	// records are checked alone: a verified node counts at once however
+	// young, any other never.
+	perKey bool
+	// With the per-key rule the guard holds within its limit (beyond): an
+	// acquisition beyond it is not followed, unless beyondLimit, and the
+	// check then finds the failure the limit documents. Failed attempts
+	// are followed wherever they reach.
+	beyondLimit bool
 }
 
 func (m *modelCfg) maj() int { return m.n/2 + 1 }
@@ -72,27 +111,28 @@ func (m *modelCfg) canon(s *mState, seed maphash.Seed) [2]uint64 {
 	// does not depend on their index (ties in index order). A permuted
 	// state is the same system, so merging the states this maps together
 	// is sound; states it leaves apart are merely explored twice.
-	var sig [modelMaxN]uint32
+	var sig [modelMaxN]uint64
 	var order [modelMaxN]int
 	for i := 0; i < m.n; i++ {
 		nd := &s.nodes[i]
-		rows, cols := uint32(0), uint32(0)
+		rows, cols := uint64(0), uint64(0)
 		for j := 0; j < m.n; j++ {
 			if nd.recs[j].has {
-				rows += 1 + uint32(b2u(nd.recs[j].done))*8
+				rows += 1 + uint64(b2u(nd.recs[j].done))*8
 			}
 			if s.nodes[j].recs[i].has {
-				cols += 1 + uint32(b2u(s.nodes[j].recs[i].done))*8
+				cols += 1 + uint64(b2u(s.nodes[j].recs[i].done))*8
 			}
 		}
-		sig[i] = uint32(nd.up)<<28 | uint32(nd.key)<<24 | uint32(b2u(nd.marked))<<23 | uint32(nd.age)<<20 | rows<<10 | cols
+		sig[i] = uint64(nd.ep)<<40 | uint64(nd.emptied)<<32 |
+			uint64(nd.up)<<28 | uint64(nd.key)<<24 | uint64(b2u(nd.marked))<<23 | uint64(nd.age)<<20 | rows<<10 | cols
 		order[i] = i
 	}
 	slices.SortStableFunc(order[:m.n], func(a, b int) int { return cmp.Compare(sig[a], sig[b]) })
 	buf := make([]byte, 0, 128)
 	for _, i := range order[:m.n] {
 		nd := &s.nodes[i]
-		buf = append(buf, nd.up, nd.key, b2u(nd.marked), nd.age)
+		buf = append(buf, nd.up, nd.key, b2u(nd.marked), nd.age, nd.ep, nd.emptied)
 		for _, j := range order[:m.n] {
 			buf = append(buf, recClass(&s.nodes[j], nd.recs[j]))
 		}
@@ -140,6 +180,15 @@ func (m *modelCfg) tick(s mState) mState {
 		if nd.key > 0 {
 			nd.key--
 		}
+		if nd.emptied > 0 {
+			nd.emptied--
+		}
+		if nd.ep >= epNew {
+			nd.ep++
+			if nd.ep-epNew >= modelT {
+				nd.ep = epTrusted // aged: older than the quarantine
+			}
+		}
 	}
 	for c := range s.held {
 		if s.held[c] > 0 {
@@ -157,24 +206,30 @@ func (m *modelCfg) fault(s mState, i int, restart bool) mState {
 	} else {
 		*nd = mNode{run: nd.run, up: nd.up}
 	}
+	if m.perKey {
+		nd.emptied = modelT
+	}
 	s.faults++
 	return s
 }
+
+// How a reached node's grant counts in an attempt.
+const (
+	voteNever       = iota // records alone: not verified
+	voteAtOnce             // verified (with the per-key rule: and old): counts, however new its epoch
+	votePerKey             // not verified, or verified but young: the per-key rule decides
+	voteQuarantined        // never counts, and its grant is history
+)
 
 // attempt is client c's attempt reaching the nodes in the bit set S; it
 // reports whether it acquired.
 func (m *modelCfg) attempt(s mState, c int, S uint) (mState, bool) {
 	s.attempts++
 	in := func(i int) bool { return S&(1<<i) != 0 }
-	counted := 0
-	var granted [modelMaxN]bool
+	var how [modelMaxN]uint8
 	if !m.guard {
-		for i := 0; i < m.n; i++ {
-			if in(i) && s.nodes[i].key == 0 {
-				s.nodes[i].key = modelT
-				granted[i] = true
-				counted++
-			}
+		for i := range how {
+			how[i] = voteAtOnce
 		}
 	} else {
 		var self [modelMaxN]incID
@@ -198,12 +253,13 @@ func (m *modelCfg) attempt(s mState, c int, S uint) (mState, bool) {
 		}
 		others := func(i int) []int { return modelOthers[m.n][i] }
 		var plans [modelMaxN]incPlan
+		var buf [modelMaxN]incRecord
 		for i := 0; i < m.n; i++ { // plan on what was read, before any write
 			if !in(i) {
 				continue
 			}
 			nd := &s.nodes[i]
-			recs := make([]incRecord, 0, modelMaxN)
+			recs := buf[:0]
 			for _, j := range others(i) {
 				recs = append(recs, recOf(j, i))
 			}
@@ -220,43 +276,111 @@ func (m *modelCfg) attempt(s mState, c int, S uint) (mState, bool) {
 				}
 			}
 		}
-		var counts [modelMaxN]bool
 		for i := 0; i < m.n; i++ {
 			if !in(i) {
 				continue
 			}
-			recs := make([]incRecord, 0, modelMaxN)
+			recs := buf[:0]
 			for _, j := range others(i) {
 				recs = append(recs, recOf(j, i))
 			}
-			ok, seal := m.rule.countIncarnation(self[i], plans[i].quarantine, recs)
+			verified, seal := m.rule.countIncarnation(self[i], plans[i].quarantine, recs)
 			for k, j := range others(i) {
 				if seal != nil && seal[k] {
 					s.nodes[j].recs[i].done = true
 				}
 			}
-			counts[i] = ok
-		}
-		for i := 0; i < m.n; i++ {
-			if in(i) && s.nodes[i].key == 0 {
-				s.nodes[i].key = modelT
-				granted[i] = true
-				if counts[i] {
-					counted++
-				}
+			nd := &s.nodes[i]
+			switch {
+			case plans[i].quarantine:
+				how[i] = voteQuarantined
+			case verified && (!m.perKey || m.rule.freshAtOnce(int64(nd.up), int64(nd.age), modelT)):
+				how[i] = voteAtOnce // Client.nodeVote: however new its epoch
+			case m.perKey:
+				how[i] = votePerKey // incTooFew, or verified but young (incTracker.vote)
 			}
 		}
 	}
+	// The vote (quorum.go, tally; acquire.go, countVotes). sure counts the
+	// grants that count whatever the others answered; byNew those that
+	// count only if the key is brand new: every node reached granted on a
+	// new epoch (fresh), none reported history (a trusted epoch, the key
+	// taken, a quarantined node's grant), and they are a majority. A "taken"
+	// is never another attempt's first use here (attempts are atomic and a
+	// failed one takes its keys back), so asking again (acquisition.reask)
+	// would find it still taken: it stays history.
+	var granted [modelMaxN]bool
+	sure, byNew, fresh, history := 0, 0, 0, 0
+	for i := 0; i < m.n; i++ {
+		if !in(i) {
+			continue
+		}
+		nd := &s.nodes[i]
+		if nd.key > 0 {
+			history++ // taken
+			continue
+		}
+		nd.key = modelT
+		granted[i] = true
+		isNew := nd.ep != epTrusted
+		if m.perKey && nd.ep == epNone {
+			nd.ep = epNew // created now, void
+		}
+		switch how[i] {
+		case voteAtOnce:
+			sure++
+		case votePerKey:
+			if isNew {
+				byNew++
+			} else {
+				sure++
+			}
+		}
+		if isNew && how[i] != voteQuarantined {
+			fresh++
+		} else {
+			history++
+		}
+	}
+	counted := sure
+	brandNew := m.perKey && history == 0 && fresh >= m.maj()
+	if brandNew {
+		counted += byNew
+	}
 	if counted >= m.maj() {
 		s.held[c] = modelT
+		for i := 0; i < m.n; i++ {
+			if granted[i] && m.perKey {
+				// The holder vouches for every grant (finishGrants, sent
+				// just after the decision in the product).
+				s.nodes[i].ep = epTrusted
+			}
+		}
 		return s, true
 	}
 	for i := 0; i < m.n; i++ {
 		if granted[i] {
-			s.nodes[i].key = 0 // Redlock: a failed attempt takes its keys back
+			s.nodes[i].key = 0 // Redlock: a failed attempt takes its keys back; the epochs it created stay, void
 		}
 	}
 	return s, false
+}
+
+// beyond reports whether an attempt reaching S is beyond the guard's limit
+// (docs/amnesia.md, Limits): the nodes it does not reach, with those
+// emptied in the last TTL, are more than a minority. A key with a live
+// lock may then look brand new to the per-key rule, as the limit documents
+// (TestAmnesiaGuard_MajorityEmptiedOrDownLooksBrandNew); within it, a live
+// lock's key, on a majority, is on a node the attempt reaches and that
+// kept its data.
+func (m *modelCfg) beyond(s *mState, S uint) bool {
+	out := 0
+	for i := 0; i < m.n; i++ {
+		if S&(1<<i) == 0 || s.nodes[i].emptied > 0 {
+			out++
+		}
+	}
+	return out > m.n-m.maj()
 }
 
 // modelIDs names ids as one-byte strings, without allocating.
@@ -369,6 +493,9 @@ func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
 			}
 			for S := uint(1); S < 1<<m.n; S++ {
 				ns, ok := m.attempt(s, c, S)
+				if ok && m.perKey && !m.beyondLimit && m.beyond(&s, S) {
+					continue // beyond the guard's limit: not followed
+				}
 				act := uint16(100 + 64*c + int(S))
 				if ok && s.held[1-c] > 0 {
 					return len(seen), trace(at, act)
@@ -382,10 +509,15 @@ func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
 
 func TestIncarnationRuleModel(t *testing.T) {
 	t.Parallel()
-	// 3 nodes with 1 fault: any number of attempts (4.9k states). 5 nodes
-	// with 2 faults: every trace of up to 2 attempts (40k states, about a
-	// second under the race detector); REDLOCK_MODEL_DEEP=1 makes it 3
-	// (741k states, some 16 s under the race detector).
+	// The records alone, under any reachability: 3 nodes with 1 fault, any
+	// number of attempts (4.9k states); 5 nodes with 2 faults, every trace
+	// of up to 2 attempts (40k states, about a second under the race
+	// detector), 3 with REDLOCK_MODEL_DEEP=1 (741k states, some 16 s under
+	// the race detector).
+	// With the per-key rule, within the guard's limit: 3 nodes with 1
+	// fault, any number of attempts (15k states); 5 nodes with 2 faults,
+	// up to 2 attempts (88k states), 3 with REDLOCK_MODEL_DEEP=1 (1.6M
+	// states).
 	five := 2
 	if os.Getenv("REDLOCK_MODEL_DEEP") == "1" {
 		five = 3
@@ -393,14 +525,17 @@ func TestIncarnationRuleModel(t *testing.T) {
 	cases := []struct {
 		name                string
 		n, faults, attempts int
+		perKey              bool
 	}{
-		{"3 nodes, 1 fault", 3, 1, 0},
-		{"5 nodes, 2 faults", 5, 2, five},
+		{"3 nodes, 1 fault", 3, 1, 0, false},
+		{"5 nodes, 2 faults", 5, 2, five, false},
+		{"3 nodes, 1 fault, per-key rule", 3, 1, 0, true},
+		{"5 nodes, 2 faults, per-key rule", 5, 2, five, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: defaultIncRule, guard: true}
+			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: defaultIncRule, guard: true, perKey: tc.perKey}
 			start := time.Now()
 			states, tr := m.check(t, 20_000_000)
 			if tr != nil {
@@ -412,7 +547,8 @@ func TestIncarnationRuleModel(t *testing.T) {
 }
 
 // TestIncarnationRuleModel_Broken checks that the model check catches the
-// weaker rules: each must end with two holders.
+// weaker rules, and the guard beyond its limit: each must end with two
+// holders.
 func TestIncarnationRuleModel_Broken(t *testing.T) {
 	t.Parallel()
 	fewer := defaultIncRule
@@ -426,16 +562,20 @@ func TestIncarnationRuleModel_Broken(t *testing.T) {
 		n, faults, attempts int
 		rule                incRule
 		guard               bool
+		perKey, beyondLimit bool
 	}{
-		{"no guard", 3, 1, 4, defaultIncRule, false},
-		{"records on fewer than a majority", 5, 2, 2, fewer, true},
-		{"overwrite while young", 3, 1, 5, young, true},
-		{"young by uptime alone", 3, 1, 5, uptime, true},
+		{"no guard", 3, 1, 4, defaultIncRule, false, false, false},
+		{"records on fewer than a majority", 5, 2, 2, fewer, true, false, false},
+		{"overwrite while young", 3, 1, 5, young, true, false, false},
+		{"young by uptime alone", 3, 1, 5, uptime, true, false, false},
+		// The per-key rule beyond the guard's limit: the documented
+		// failure, found once the check follows it.
+		{"per-key rule beyond the limit", 3, 1, 0, defaultIncRule, true, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: tc.rule, guard: tc.guard}
+			m := &modelCfg{n: tc.n, faults: tc.faults, attempts: tc.attempts, rule: tc.rule, guard: tc.guard, perKey: tc.perKey, beyondLimit: tc.beyondLimit}
 			_, tr := m.check(t, 20_000_000)
 			if tr == nil {
 				t.Fatalf("the weaker rule %q was not caught", tc.name)
