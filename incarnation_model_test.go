@@ -23,7 +23,8 @@ import (
 // count, and takes its keys back when they are not a majority. Ages are
 // clamped at the TTL, so the search covers unbounded time; the number of
 // attempts is bounded, or not. The check fails if two clients ever hold
-// the lock at once.
+// the lock at once, and prints the trace to it shrunk to a minimal one
+// (shrink).
 //
 // It runs in two modes. The records alone (modelCfg.perKey false): a node
 // verified by its records counts at once, any other never, and attempts
@@ -430,7 +431,20 @@ var modelOthers = func() (o [modelMaxN + 1][modelMaxN][]int) {
 	return o
 }()
 
-// describe says what action a (check's encoding) did.
+// The actions, as check encodes them: 0 a tick, 1+2i node i restarts,
+// 2+2i node i is flushed, attemptAct an attempt.
+
+// attemptAct encodes client c's attempt reaching S, the incarnations of U
+// unread.
+func attemptAct(c int, S, U uint) uint16 { return uint16(100 + (c<<10 | int(U)<<5 | int(S))) }
+
+// attemptOf decodes an attempt's action a (a >= 100).
+func attemptOf(a uint16) (c int, S, U uint) {
+	a -= 100
+	return int(a >> 10), uint(a & 31), uint(a >> 5 & 31)
+}
+
+// describe says what action a did.
 func (m *modelCfg) describe(a uint16) string {
 	switch {
 	case a == 0:
@@ -441,9 +455,8 @@ func (m *modelCfg) describe(a uint16) string {
 		}
 		return fmt.Sprintf("node %d is flushed", (a-1)/2)
 	}
-	a -= 100
-	c, U, S := a>>10, a>>5&31, a&31
-	set := func(S uint16) string {
+	c, S, U := attemptOf(a)
+	set := func(S uint) string {
 		var nodes []string
 		for i := 0; i < m.n; i++ {
 			if S&(1<<i) != 0 {
@@ -459,15 +472,138 @@ func (m *modelCfg) describe(a uint16) string {
 	return d
 }
 
-// check explores every state reachable from a cluster just started and
-// returns the states seen and, on a violation, the trace leading to it.
-func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
-	seed := maphash.MakeSeed()
+// describeTrace says what a trace to two holders did, one action a line.
+func (m *modelCfg) describeTrace(acts []uint16) string {
+	out := make([]string, len(acts))
+	for i, a := range acts {
+		out[i] = m.describe(a)
+	}
+	out[len(out)-1] += ": acquires while the other client holds the lock"
+	return strings.Join(out, "\n  ")
+}
+
+// start is a cluster just started: every node up for no time, with its
+// own run_id, and nothing else.
+func (m *modelCfg) start() mState {
 	var s0 mState
 	for i := 0; i < m.n; i++ {
 		s0.nodes[i].run = uint8(i)
 	}
 	s0.nextRun = uint8(m.n)
+	return s0
+}
+
+// step applies action a to s: it reports whether the check may take it
+// from s, and whether it makes a second holder.
+func (m *modelCfg) step(s mState, a uint16) (ns mState, legal, two bool) {
+	switch {
+	case a == 0:
+		return m.tick(s), true, false
+	case a < 100:
+		i := int(a-1) / 2
+		if i >= m.n || int(s.faults) >= m.faults {
+			return s, false, false
+		}
+		return m.fault(s, i, (a-1)%2 == 0), true, false
+	}
+	c, S, U := attemptOf(a)
+	switch {
+	case m.attempts > 0 && int(s.attempts) >= m.attempts, c > 1, s.held[c] > 0,
+		S == 0, S >= 1<<m.n, U&^S != 0, U != 0 && (!m.perKey || int(s.unread) >= m.unread):
+		return s, false, false
+	}
+	ns, ok := m.attempt(s, c, S, U)
+	if ok && m.perKey && !m.beyondLimit && m.beyond(&s, S) {
+		return s, false, false // beyond the guard's limit: not followed
+	}
+	return ns, true, ok && s.held[1-c] > 0
+}
+
+// replay takes acts from a cluster just started. It returns how many of
+// them make a second holder (the last of them does), or 0 when they do not
+// or are not a trace the check may take.
+func (m *modelCfg) replay(acts []uint16) int {
+	s := m.start()
+	for k, a := range acts {
+		ns, legal, two := m.step(s, a)
+		switch {
+		case !legal:
+			return 0
+		case two:
+			return k + 1
+		}
+		s = ns
+	}
+	return 0
+}
+
+// shrink makes a trace to two holders minimal: it drops an action, a node
+// from an attempt, or an unread incarnation (the attempt reads it), one at
+// a time, as long as what is left still makes a second holder; then it
+// names the first client to attempt A.
+func (m *modelCfg) shrink(acts []uint16) []uint16 {
+	for smaller := true; smaller; {
+		smaller = false
+		for i := 0; i < len(acts) && !smaller; i++ {
+			for _, cand := range m.smaller(acts, i) {
+				if k := m.replay(cand); k > 0 {
+					acts, smaller = cand[:k], true
+					break
+				}
+			}
+		}
+	}
+	for i, a := range acts {
+		if a < 100 {
+			continue
+		}
+		if c, _, _ := attemptOf(a); c == 0 {
+			break
+		}
+		swapped := slices.Clone(acts[i:])
+		for k, a := range swapped {
+			if a >= 100 {
+				c, S, U := attemptOf(a)
+				swapped[k] = attemptAct(1-c, S, U)
+			}
+		}
+		return append(acts[:i:i], swapped...)
+	}
+	return acts
+}
+
+// smaller lists the traces that are acts with action i dropped or made
+// smaller by one node.
+func (m *modelCfg) smaller(acts []uint16, i int) [][]uint16 {
+	out := [][]uint16{slices.Delete(slices.Clone(acts), i, i+1)}
+	if acts[i] < 100 {
+		return out
+	}
+	c, S, U := attemptOf(acts[i])
+	with := func(S, U uint) {
+		cand := slices.Clone(acts)
+		cand[i] = attemptAct(c, S, U)
+		out = append(out, cand)
+	}
+	for j := uint(0); j < uint(m.n); j++ {
+		if U&(1<<j) != 0 {
+			with(S, U&^(1<<j))
+		}
+	}
+	for j := uint(0); j < uint(m.n); j++ {
+		if S&(1<<j) != 0 && S != 1<<j {
+			with(S&^(1<<j), U&^(1<<j))
+		}
+	}
+	return out
+}
+
+// check explores every state reachable from a cluster just started and
+// returns the states seen and, on a second holder, the trace to it (the
+// actions), shrunk.
+func (m *modelCfg) check(t *testing.T, limit int) (int, []uint16) {
+	seed := maphash.MakeSeed()
+	s0 := m.start()
 	type frame struct {
 		parent int32
 		act    uint16
@@ -483,15 +619,23 @@ func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
 	seen := map[[2]uint64]uint8{m.canon(&s0, seed): 0}
 	frames := []frame{{parent: -1}}
 	stack := []item{{s0, 0}}
-	trace := func(at int32, last uint16) []string {
-		out := []string{m.describe(last) + ": acquires while the other client holds the lock"}
+	trace := func(at int32, last uint16) []uint16 {
+		out := []uint16{last}
 		for ; at > 0; at = frames[at].parent {
-			out = append(out, m.describe(frames[at].act))
+			out = append(out, frames[at].act)
 		}
-		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
+		slices.Reverse(out)
+		if m.replay(out) != len(out) {
+			t.Fatalf("model check: the trace found does not replay:\n  %s", m.describeTrace(out))
 		}
-		return out
+		short := m.shrink(out)
+		if m.replay(short) != len(short) {
+			t.Fatalf("model check: the trace shrunk does not replay:\n  %s", m.describeTrace(short))
+		}
+		if len(short) < len(out) {
+			t.Logf("model check: a trace of %d actions, shrunk to %d", len(out), len(short))
+		}
+		return short
 	}
 	for len(stack) > 0 {
 		it := stack[len(stack)-1]
@@ -531,14 +675,12 @@ func (m *modelCfg) check(t *testing.T, limit int) (int, []string) {
 					all = S
 				}
 				for U := all; ; U = (U - 1) & all {
-					ns, ok := m.attempt(s, c, S, U)
-					act := uint16(100 + (c<<10 | int(U)<<5 | int(S)))
+					act := attemptAct(c, S, U)
+					ns, legal, two := m.step(s, act)
 					switch {
-					case ok && m.perKey && !m.beyondLimit && m.beyond(&s, S):
-						// beyond the guard's limit: not followed
-					case ok && s.held[1-c] > 0:
+					case two:
 						return len(seen), trace(at, act)
-					default:
+					case legal:
 						push(ns, act)
 					}
 					if U == 0 {
@@ -590,7 +732,7 @@ func TestIncarnationRuleModel(t *testing.T) {
 			start := time.Now()
 			states, tr := m.check(t, 20_000_000)
 			if tr != nil {
-				t.Fatalf("two holders at once after:\n  %s", strings.Join(tr, "\n  "))
+				t.Fatalf("two holders at once after:\n  %s", m.describeTrace(tr))
 			}
 			t.Logf("%s: holds over %d states (%v)", tc.name, states, time.Since(start).Round(time.Millisecond))
 		})
@@ -639,7 +781,7 @@ func TestIncarnationRuleModel_Broken(t *testing.T) {
 			if tr == nil {
 				t.Fatalf("the weaker rule %q was not caught", tc.name)
 			}
-			t.Logf("caught:\n  %s", strings.Join(tr, "\n  "))
+			t.Logf("caught:\n  %s", m.describeTrace(tr))
 		})
 	}
 }
