@@ -698,17 +698,19 @@ func TestIncarnationRuleModel(t *testing.T) {
 	// The records alone, under any reachability: 3 nodes with 1 fault, any
 	// number of attempts (4.9k states); 5 nodes with 2 faults, every trace
 	// of up to 2 attempts (40k states, about a second under the race
-	// detector), 3 with REDLOCK_MODEL_DEEP=1 (741k states, some 16 s under
-	// the race detector).
+	// detector), 3 with REDLOCK_MODEL_DEEP=1 (741k states).
 	// With the per-key rule, within the guard's limit, the unread
 	// incarnations make the state space grow fast (a node's checks are no
-	// longer tied to the nodes reached), so they are bounded like the
-	// faults: 3 nodes with 1 fault, every trace of up to 4 attempts of
-	// which one may leave incarnations unread (157k states, about 3 s under
-	// the race detector); 5 nodes with 2 faults, every trace of up to 2
-	// attempts, none unread (88k states, about 2.5 s). REDLOCK_MODEL_DEEP=1
-	// makes them any number of attempts of which 2 may leave incarnations
-	// unread (1.1M states), and 2 attempts of which one may (1M states).
+	// longer tied to the nodes reached: 3 nodes, any number of attempts,
+	// 15k states with none unread, 233k with one attempt leaving some
+	// unread, 1.1M with two), so they are bounded like the faults: 3 nodes
+	// with 1 fault, every trace of up to 4 attempts of which one may leave
+	// incarnations unread (157k states, about 3 s under the race
+	// detector); 5 nodes with 2 faults, every trace of up to 2 attempts,
+	// none unread (88k states, about 2.5 s). REDLOCK_MODEL_DEEP=1 makes
+	// them any number of attempts of which 2 may leave incarnations unread
+	// (1.1M states), and 2 attempts of which one may (1M states): some 80 s
+	// in all under the race detector on 2 cores.
 	deep := os.Getenv("REDLOCK_MODEL_DEEP") == "1"
 	five, three, unread3, unread5 := 2, 4, 1, 0
 	if deep {
