@@ -21,7 +21,8 @@ import (
 // of incarnation_rule.go with the records the other nodes hold
 // (incRecordKey). A node whose incarnation is verified has lost no data
 // since it was recorded: once it has also been up and marked for the
-// longest TTL (old), its grant of a key it had never seen (a fresh name)
+// longest TTL (old), and on the nodes Dial connects to (whose restarts
+// connected sees), its grant of a key it had never seen (a fresh name)
 // counts at once, with no wait for the other nodes, in every lock
 // (Client.nodeVote: the mutex, the multi-key and the read/write lock);
 // while it is young the per-key rule decides its fresh grants
@@ -83,6 +84,9 @@ type incTracker struct {
 	once  sync.Once
 	// longest is the longest TTL this Client has used (ns).
 	longest time.Duration
+	// watched: the nodes' restarts are seen on reconnecting (connected,
+	// installed by Dial). Set before the Client is used.
+	watched bool
 }
 
 func newIncTracker(c *Client) *incTracker {
@@ -168,9 +172,15 @@ func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incSt
 	if st == incVerified && snap.status != incVerified {
 		st = snap.status // verified after the call was sent: judged as then
 	}
-	if st == incVerified && !n.freshAtOnce(time.Now(), bound) {
+	if st == incVerified && !(t.watched && n.freshAtOnce(time.Now(), bound)) {
 		// Young: an earlier incarnation that no record names may have
 		// granted a lock that is still live; the per-key rule decides.
+		// So it does on the nodes whose restarts this Client does not see
+		// (New's: no OnConnect): a restart that kept the marker (a restore
+		// from an older snapshot) leaves the node verified, and old by
+		// the estimate from its check, while it is young and may have
+		// lost a live lock's key and epoch; only the per-key rule, which
+		// sees the key on the other nodes, catches that.
 		st = incUnknown
 	}
 	t.mu.Unlock()
