@@ -1,10 +1,16 @@
 package redlock_test
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/d3b93e30/redlock"
@@ -67,6 +73,132 @@ func TestIncarnation_NewClientCountsNoFreshGrantOfANodeRestoredFromASnapshot(t *
 		}
 		require.ErrorIs(t, err, redlock.ErrTaken, "a second holder while A holds, with node 0's and node 2's fresh grants counted at once")
 		_ = a.Release(ctx) // node 0 lost A's key
+		synctest.Wait()
+	})
+}
+
+// holdOnTwo makes client rl take name on nodes 0 and 1 (node 2 is down
+// meanwhile, then back), and returns the lock.
+func holdOnTwo(t *testing.T, c *cluster, rl *redlock.Client, name string) *redlock.Lock {
+	t.Helper()
+	c.nodes[2].Refuse()
+	a, err := rl.TryAcquire(t.Context(), name, time.Minute)
+	require.NoError(t, err)
+	synctest.Wait()
+	require.True(t, c.nodes[0].Has(name) && c.nodes[1].Has(name) && !c.nodes[2].Has(name))
+	c.nodes[2].Revive(t)
+	return a
+}
+
+// requireNoSecondHolder tries name with rl while A holds it: the attempt
+// must fail with ErrTaken.
+func requireNoSecondHolder(t *testing.T, rl *redlock.Client, name string) {
+	t.Helper()
+	l, err := rl.TryAcquire(t.Context(), name, time.Minute)
+	if err == nil {
+		_ = l.Release(t.Context())
+	}
+	require.ErrorIs(t, err, redlock.ErrTaken, "a second holder while A holds, with node 0's and node 2's fresh grants counted at once")
+}
+
+// On the nodes Dial connects to, a restart is seen by the run_id that a
+// new connection reads before any command runs on it. When that INFO fails
+// (the node slow to answer it, past its 1 s, just after its start), the
+// connection still goes into use, and no later connection is needed: the
+// restart, which kept the marker (a restore from an older snapshot), goes
+// unseen, and the node stays verified and old. Its grant of a name the
+// snapshot lacks must not count at once.
+func TestIncarnation_DialRestartWhoseRunIDIsUnreadOnReconnectCountsNoFreshGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := oldIncCluster(t, 3, "noeviction")
+		requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
+		a := holdOnTwo(t, c, c.rl, "job")
+
+		var failed atomic.Bool // the first INFO after the restart fails
+		c.nodes[0].FailIf(func(cmd string, _ []string) bool {
+			return strings.EqualFold(cmd, "INFO") && failed.CompareAndSwap(false, true)
+		})
+		restartFromSnapshot(t, c.nodes[0], "job")
+		// Other names, until node 0 grants again: the stale connections
+		// have failed and a new one is in use.
+		for i := 0; ; i++ {
+			require.Less(t, i, 20, "node 0 does not grant")
+			l, err := c.rl.TryAcquire(t.Context(), fmt.Sprintf("other-%d", i), time.Minute)
+			if err != nil {
+				synctest.Wait()
+				continue
+			}
+			got := l.Nodes()[0].Outcome
+			require.NoError(t, l.Release(t.Context()))
+			synctest.Wait()
+			if got == redlock.OutcomeGranted || got == redlock.OutcomeQuarantined {
+				break
+			}
+		}
+		require.True(t, failed.Load(), "node 0's reconnection read no run_id")
+
+		requireNoSecondHolder(t, c.rl, "job")
+		_ = a.Release(t.Context())
+		synctest.Wait()
+	})
+}
+
+// A Client reads a node's run_id on a new connection only once it knows
+// the node (verified or quarantined): during its first check a restart
+// goes unseen, and the check, which read INFO server before the restart,
+// records the node verified with the earlier run_id and its uptime. A
+// restart that kept the marker (a restore from an older snapshot) then
+// leaves the node verified and old for good (the connection made during
+// the check stays in use): its grant of a name the snapshot lacks must not
+// count at once.
+func TestIncarnation_DialRestartDuringTheFirstCheckCountsNoFreshGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _ := incCluster(t, 3, "noeviction") // X, made with New, records every node
+		time.Sleep(redlock.DefaultQuarantine)  // every node is old
+		a := holdOnTwo(t, c, c.rl, "job")
+		before := redlock.Incarnations(c.rl)[0].RunID
+
+		// B's first check of node 0 reads INFO server; as it asks INFO
+		// memory, node 0 restarts from a snapshot older than A's grant
+		// (the connection closes; B's next one waits for the node to be
+		// back, as a TCP connect to a restarting server would).
+		var restarted atomic.Bool
+		c.nodes[0].FailIf(func(cmd string, args []string) bool {
+			if strings.EqualFold(cmd, "INFO") && len(args) == 1 && strings.EqualFold(args[0], "memory") && restarted.CompareAndSwap(false, true) {
+				go restartFromSnapshot(t, c.nodes[0], "job")
+				time.Sleep(10 * time.Millisecond) // the restart closes this connection first
+				return true
+			}
+			return false
+		})
+		urls := make([]string, len(c.nodes))
+		for i, nd := range c.nodes {
+			urls[i] = "redis://" + nd.addr
+		}
+		rb, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+			o.PoolSize = 1
+			o.Dialer = func(context.Context, string, string) (net.Conn, error) {
+				for c.nodes[i].refused.Load() {
+					time.Sleep(time.Millisecond)
+				}
+				return c.nodes[i].dial()
+			}
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, rb.Close()) })
+		l, err := rb.TryAcquire(t.Context(), "warm-up-b", 10*time.Second)
+		if err == nil {
+			_ = l.Release(t.Context())
+		}
+		time.Sleep(time.Second) // the check and the restart end
+		synctest.Wait()
+		require.True(t, restarted.Load())
+		// Without the run_id read during the check, B holds node 0 verified
+		// with the run_id read before the restart, and old.
+		t.Logf("node 0 as B knows it (run_id before the restart %s): %+v", before, redlock.Incarnations(rb)[0])
+
+		requireNoSecondHolder(t, rb, "job")
+		_ = a.Release(t.Context())
 		synctest.Wait()
 	})
 }
