@@ -18,8 +18,8 @@ import (
 
 // restartFromSnapshot restarts node n from a snapshot taken before the
 // given lock names were first used there: the node keeps its marker and
-// every other key, loses the names' keys (the lock key, its fencing counter
-// and its epoch), and answers with a new run_id and uptime 0, as a
+// every other key, loses the names' keys (the lock key and its siblings:
+// fencing counter, epoch, a read/write lock's readers), and answers with a new run_id and uptime 0, as a
 // redis-server restarted from an older RDB (or AOF everysec after a power
 // loss) does.
 func restartFromSnapshot(t *testing.T, n *testNode, names ...string) {
@@ -27,8 +27,10 @@ func restartFromSnapshot(t *testing.T, n *testNode, names ...string) {
 	in := n.info.Load()
 	n.Refuse()
 	for _, name := range names {
-		for _, k := range []string{name, redlock.SiblingKey(name, ":fence"), redlock.SiblingKey(name, ":epoch")} {
-			n.m.Del(k)
+		for _, k := range n.m.Keys() {
+			if k == name || strings.HasPrefix(k, "{"+name+"}") {
+				n.m.Del(k) // the lock key and its siblings (fencing counter, epoch, readers...)
+			}
 		}
 	}
 	require.True(t, n.m.Exists("redlock:marker"), "the snapshot holds the node's marker")
@@ -201,4 +203,91 @@ func TestIncarnation_DialRestartDuringTheFirstCheckCountsNoFreshGrant(t *testing
 		_ = a.Release(t.Context())
 		synctest.Wait()
 	})
+}
+
+// The multi-key and read/write locks judge a grant by the same per-node
+// rule (Client.nodeVote): on New's nodes a verified node restored from an
+// older snapshot (marker kept, run_id unread) lets no second holder in
+// with its fresh grants either.
+func TestIncarnation_NewClientCountsNoFreshMultiOrRWGrantOfANodeRestoredFromASnapshot(t *testing.T) {
+	type kind struct {
+		names  []string
+		first  func(t *testing.T, rl *redlock.Client) func()
+		second func(t *testing.T, rl *redlock.Client) error
+	}
+	rwLock := func(t *testing.T, rl *redlock.Client, read bool) (func(), error) {
+		m, err := rl.RWMutex("doc")
+		require.NoError(t, err)
+		lock := m.TryLock
+		if read {
+			lock = m.TryRLock
+		}
+		l, err := lock(t.Context(), time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = l.Release(t.Context()) }, nil
+	}
+	kinds := map[string]kind{
+		"multi-key lock, then AcquireMulti": {[]string{"a", "b"},
+			func(t *testing.T, rl *redlock.Client) func() {
+				m, err := rl.TryAcquireMulti(t.Context(), []string{"a", "b"}, time.Minute)
+				require.NoError(t, err)
+				return func() { _ = m.Release(t.Context()) }
+			},
+			func(t *testing.T, rl *redlock.Client) error {
+				m, err := rl.TryAcquireMulti(t.Context(), []string{"b", "a"}, time.Minute)
+				if err == nil {
+					_ = m.Release(t.Context())
+				}
+				return err
+			}},
+		"writer, then Lock": {[]string{"doc"},
+			func(t *testing.T, rl *redlock.Client) func() {
+				release, err := rwLock(t, rl, false)
+				require.NoError(t, err)
+				return release
+			},
+			func(t *testing.T, rl *redlock.Client) error {
+				release, err := rwLock(t, rl, false)
+				if err == nil {
+					release()
+				}
+				return err
+			}},
+		"writer, then RLock": {[]string{"doc"},
+			func(t *testing.T, rl *redlock.Client) func() {
+				release, err := rwLock(t, rl, false)
+				require.NoError(t, err)
+				return release
+			},
+			func(t *testing.T, rl *redlock.Client) error {
+				release, err := rwLock(t, rl, true)
+				if err == nil {
+					release()
+				}
+				return err
+			}},
+	}
+	for name, k := range kinds {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, _ := incCluster(t, 3, "noeviction") // New's Client
+				time.Sleep(redlock.DefaultQuarantine)  // every node is old
+				requireStatus(t, c, redlock.IncVerified, redlock.IncVerified, redlock.IncVerified)
+				c.nodes[2].Refuse()
+				release := k.first(t, c.rl)
+				synctest.Wait()
+				restartFromSnapshot(t, c.nodes[0], k.names...)
+				c.nodes[2].Revive(t)
+				for _, nd := range c.nodes {
+					nd.dropStaleConns(t)
+				}
+				err := k.second(t, c.rl)
+				require.ErrorIs(t, err, redlock.ErrNotAcquired, "a second holder beside A, with node 0's and node 2's fresh grants")
+				release()
+				synctest.Wait()
+			})
+		})
+	}
 }
