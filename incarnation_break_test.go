@@ -291,3 +291,53 @@ func TestIncarnation_NewClientCountsNoFreshMultiOrRWGrantOfANodeRestoredFromASna
 		})
 	}
 }
+
+// A node quarantined as a whole (flushed, or restarted empty, while young)
+// may have lost its data, so its grant is no testimony of a name's history
+// either way, as a node that did not answer: a fresh name's first use by
+// the per-key rule (young verified nodes, or New's) goes on with the
+// others' "new" answers, a majority. Counted as history, it locked every
+// fresh name out for the node's whole quarantine, though nothing anywhere
+// had ever held it.
+func TestIncarnation_QuarantinedNodeLocksNoFreshNameOut(t *testing.T) {
+	for _, dial := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Dial, young nodes", false: "New, old nodes"}[dial], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, _ := incClusterBy(t, dial, 3, "noeviction")
+				if !dial {
+					time.Sleep(redlock.DefaultQuarantine)
+				}
+				c.nodes[0].m.FlushAll()
+				l, err := c.rl.TryAcquire(t.Context(), "flush-seen", time.Minute) // node 0's grant shows the flush
+				if err == nil {
+					_ = l.Release(t.Context())
+				}
+				synctest.Wait()
+				requireStatus(t, c, redlock.IncQuarantined, redlock.IncVerified, redlock.IncVerified)
+
+				for _, multi := range []bool{false, true} {
+					var err error
+					if multi {
+						var m *redlock.MultiLock
+						if m, err = c.rl.TryAcquireMulti(t.Context(), []string{"fresh-a", "fresh-b"}, time.Minute); err == nil {
+							_ = m.Release(t.Context())
+						}
+					} else {
+						var l *redlock.Lock
+						if l, err = c.rl.TryAcquire(t.Context(), "fresh", time.Minute); err == nil {
+							_ = l.Release(t.Context())
+						}
+					}
+					require.NoError(t, err, "multi %v", multi)
+					synctest.Wait()
+				}
+				rw, err := c.rl.RWMutex("fresh-doc")
+				require.NoError(t, err)
+				w, err := rw.TryLock(t.Context(), time.Minute)
+				require.NoError(t, err, "read/write lock")
+				_ = w.Release(t.Context())
+				synctest.Wait()
+			})
+		})
+	}
+}
