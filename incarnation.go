@@ -21,7 +21,8 @@ import (
 // of incarnation_rule.go with the records the other nodes hold
 // (incRecordKey). A node whose incarnation is verified has lost no data
 // since it was recorded: once it has also been up and marked for the
-// longest TTL (old), its grant of a key it had never seen (a fresh name)
+// longest TTL (old), and on the nodes Dial connects to (whose restarts
+// connected sees), its grant of a key it had never seen (a fresh name)
 // counts at once, with no wait for the other nodes, in every lock
 // (Client.nodeVote: the mutex, the multi-key and the read/write lock);
 // while it is young the per-key rule decides its fresh grants
@@ -79,14 +80,21 @@ type incTracker struct {
 	mu    sync.Mutex
 	nodes []nodeIncarnation
 	busy  []bool // a check of the node is running
-	told  []bool // the node's unreadable incarnation was logged
-	once  sync.Once
+	// seen is the run_id the connections made to the node since its
+	// check started read ("" none; "?" unreadable, or two different ones):
+	// the check compares it with the run_id it read (run).
+	seen []string
+	told []bool // the node's unreadable incarnation was logged
+	once sync.Once
 	// longest is the longest TTL this Client has used (ns).
 	longest time.Duration
+	// watched: the nodes' restarts are seen on reconnecting (connected,
+	// installed by Dial). Set before the Client is used.
+	watched bool
 }
 
 func newIncTracker(c *Client) *incTracker {
-	t := &incTracker{c: c, nodes: make([]nodeIncarnation, len(c.nodes)), busy: make([]bool, len(c.nodes)), told: make([]bool, len(c.nodes))}
+	t := &incTracker{c: c, nodes: make([]nodeIncarnation, len(c.nodes)), busy: make([]bool, len(c.nodes)), seen: make([]string, len(c.nodes)), told: make([]bool, len(c.nodes))}
 	for i, n := range c.nodes {
 		t.nodes[i].Node = n.Name
 	}
@@ -168,9 +176,15 @@ func (t *incTracker) vote(i int, snap incSnap, mark string, hasMark bool) (incSt
 	if st == incVerified && snap.status != incVerified {
 		st = snap.status // verified after the call was sent: judged as then
 	}
-	if st == incVerified && !n.freshAtOnce(time.Now(), bound) {
+	if st == incVerified && !(t.watched && n.freshAtOnce(time.Now(), bound)) {
 		// Young: an earlier incarnation that no record names may have
 		// granted a lock that is still live; the per-key rule decides.
+		// So it does on the nodes whose restarts this Client does not see
+		// (New's: no OnConnect): a restart that kept the marker (a restore
+		// from an older snapshot) leaves the node verified, and old by
+		// the estimate from its check, while it is young and may have
+		// lost a live lock's key and epoch; only the per-key rule, which
+		// sees the key on the other nodes, catches that.
 		st = incUnknown
 	}
 	t.mu.Unlock()
@@ -234,29 +248,48 @@ func (c *Client) nodeVote(quarantine time.Duration, n *node, snap incSnap, r rep
 // connected is the nodes Dial connects to's Options.OnConnect: it reads the
 // node's run_id on the new connection, before any command is sent on it;
 // a different run_id from the one recorded is a restart, and the node's
-// votes stop counting until it is checked.
+// votes stop counting until it is checked. So is a run_id that cannot be
+// read: the connection goes into use all the same, and the restart it may
+// follow would go unseen. While a check of the node runs, the run_id is
+// also kept for the check (seen): a restart after the check read INFO
+// server would otherwise go unseen, the check recording the run_id and
+// uptime it read before.
 func (t *incTracker) connected(i int, ctx context.Context, cn *redis.Conn) {
 	t.mu.Lock()
-	known := t.nodes[i].Status == incVerified || t.nodes[i].Status == incQuarantined
-	run := t.nodes[i].RunID
+	read := t.nodes[i].Status == incVerified || t.nodes[i].Status == incQuarantined || t.busy[i]
 	t.mu.Unlock()
-	if !known {
+	if !read {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	info, err := cn.Info(ctx, "server").Result()
-	if err != nil {
-		return
+	r := ""
+	if info, err := cn.Info(ctx, "server").Result(); err == nil {
+		r = infoField(info, "run_id")
 	}
-	if r := infoField(info, "run_id"); r != "" && r != run {
-		t.mu.Lock()
-		n := &t.nodes[i]
-		if n.RunID == run && (n.Status == incVerified || n.Status == incQuarantined) {
-			n.Status = incChanged
+	t.mu.Lock()
+	n := &t.nodes[i]
+	if t.busy[i] {
+		switch {
+		case r == "":
+			t.seen[i] = "?"
+		case t.seen[i] == "":
+			t.seen[i] = r
+		case t.seen[i] != r:
+			t.seen[i] = "?"
+		}
+	}
+	again := (n.Status == incVerified || n.Status == incQuarantined) && r != n.RunID
+	if again {
+		n.Status = incChanged
+		if r == "" {
+			t.c.cfg.logger.Warn("redlock: node's run_id unreadable on a new connection: its votes do not count until it is checked", "node", n.Node)
+		} else {
 			t.c.cfg.logger.Warn("redlock: node restarted (new run_id): its votes do not count until it is checked", "node", n.Node)
 		}
-		t.mu.Unlock()
+	}
+	t.mu.Unlock()
+	if again {
 		t.check(i)
 	}
 }
@@ -269,7 +302,7 @@ func (t *incTracker) check(i int) {
 		t.mu.Unlock()
 		return
 	}
-	t.busy[i] = true
+	t.busy[i], t.seen[i] = true, ""
 	t.mu.Unlock()
 	untrack := t.c.eng.Track()
 	go func() {
@@ -432,6 +465,12 @@ func (t *incTracker) run(ctx context.Context, i int) {
 		// Too few of the others answered to record it: the per-key rule
 		// decides for it until a later check (vote) records it.
 		n.Status, n.QuarantinedUntil, n.Reason = incUnknown, time.Time{}, incTooFew
+	}
+	if s := t.seen[i]; s != "" && s != run {
+		// A connection made during the check read another run_id, or
+		// none: the node may have restarted after INFO server was read.
+		n.Status = incChanged
+		t.c.cfg.logger.Warn("redlock: node restarted during its check: its votes do not count until it is checked again", "node", n.Node)
 	}
 	if was == incQuarantined && n.Status != incQuarantined {
 		t.c.cfg.logger.Info("redlock: node's quarantine ended: its votes count again", "node", n.Node, "incarnation", n.Status.String())

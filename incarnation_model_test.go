@@ -331,7 +331,7 @@ func (m *modelCfg) attempt(s mState, c int, S, U uint) (mState, bool) {
 	// grants that count whatever the others answered; byNew those that
 	// count only if the key is brand new: every node reached granted on a
 	// new epoch (fresh), none reported history (a trusted epoch, the key
-	// taken, a quarantined node's grant), and they are a majority. A "taken"
+	// taken; a quarantined node's grant is neither), and they are a majority. A "taken"
 	// is never another attempt's first use here (attempts are atomic and a
 	// failed one takes its keys back), so asking again (acquisition.reask)
 	// would find it still taken: it stays history.
@@ -362,9 +362,13 @@ func (m *modelCfg) attempt(s mState, c int, S, U uint) (mState, bool) {
 				sure++
 			}
 		}
-		if isNew && how[i] != voteQuarantined {
+		switch {
+		case how[i] == voteQuarantined:
+			// It may have lost its data: its answer is no testimony
+			// either way (tally.blind), as a node not reached.
+		case isNew:
 			fresh++
-		} else {
+		default:
 			history++
 		}
 	}

@@ -39,12 +39,24 @@ func (s *syncBuf) count(sub string) int {
 // (EmulateInfo with policy), whose Client has read every node's
 // incarnation: it made one acquisition, and the checks it started ended.
 // The nodes are young (just started): a fresh grant of theirs counts at
-// once only once they are old (oldIncCluster).
+// once only once they are old, and only on the nodes whose restarts the
+// Client sees (oldIncCluster).
 func incCluster(t *testing.T, n int, policy string, opts ...redlock.Option) (*cluster, *syncBuf) {
+	t.Helper()
+	return incClusterBy(t, false, n, policy, opts...)
+}
+
+// incClusterBy is incCluster with a Client made with Dial when dial (it
+// sees the nodes' restarts on reconnecting), else with New over the
+// nodes' clients.
+func incClusterBy(t *testing.T, dial bool, n int, policy string, opts ...redlock.Option) (*cluster, *syncBuf) {
 	t.Helper()
 	logs := &syncBuf{}
 	opts = append([]redlock.Option{redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
 	c := newCluster(t, n, opts...)
+	if dial {
+		c.rl = dialTestNodes(t, c.nodes, opts...)
+	}
 	for _, nd := range c.nodes {
 		if policy != "" {
 			nd.EmulateInfo(policy)
@@ -56,14 +68,30 @@ func incCluster(t *testing.T, n int, policy string, opts ...redlock.Option) (*cl
 	return c, logs
 }
 
-// oldIncCluster is incCluster once its nodes have been up and marked for
-// the longest TTL (DefaultQuarantine): a verified node's fresh grant counts
-// at once.
+// oldIncCluster is incCluster, with a Client made with Dial, once its
+// nodes have been up and marked for the longest TTL (DefaultQuarantine): a
+// verified node's fresh grant counts at once.
 func oldIncCluster(t *testing.T, n int, policy string, opts ...redlock.Option) (*cluster, *syncBuf) {
 	t.Helper()
-	c, logs := incCluster(t, n, policy, opts...)
+	c, logs := incClusterBy(t, true, n, policy, opts...)
 	time.Sleep(redlock.DefaultQuarantine)
 	return c, logs
+}
+
+// dialTestNodes is a Client made with Dial over the test nodes (their
+// in-memory dialer), closed before them.
+func dialTestNodes(t *testing.T, nodes []*testNode, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	urls := make([]string, len(nodes))
+	for i, nd := range nodes {
+		urls[i] = "redis://" + nd.addr
+	}
+	rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
+		o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
+	}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rl.Close()) })
+	return rl
 }
 
 // requireStatus checks every node's incarnation status, in node order.
@@ -119,7 +147,10 @@ func TestIncarnation_FreshNameDoesNotWaitForSlowNode(t *testing.T) {
 func TestIncarnation_FlushQuarantinesUntilTheLongestTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const bound = 2 * time.Minute // another process's longer TTL, stated here
-		c, logs := incCluster(t, 3, "noeviction", redlock.WithQuarantine(bound))
+		// Made with Dial: once old, nodes 1 and 2's fresh grants count at
+		// once beside the quarantined node 0 (on New's nodes the per-key
+		// rule decides, and node 0's vote, quarantined, is no answer of "new").
+		c, logs := incClusterBy(t, true, 3, "noeviction", redlock.WithQuarantine(bound))
 		// Older than the bound before the flush: only the flush counts.
 		time.Sleep(bound)
 		c.nodes[0].m.FlushAll()
@@ -274,14 +305,14 @@ func TestIncarnation_YoungUnrecordedNodeGrantsNoFreshNameAtOnce(t *testing.T) {
 			}
 		}
 
-		// B, another process: its checks record node 0's new incarnation,
+		// B, another process (made with Dial: an old verified node's fresh
+		// grants count at once only on the nodes whose restarts it sees):
+		// its checks record node 0's new incarnation,
 		// the first they find. Its first attempt is judged by the per-key
 		// rule (the checks run in the background); the next ones with
 		// every node's incarnation read.
-		rb, err := redlock.New(c.clients())
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, rb.Close()) })
-		_, err = rb.TryAcquire(ctx, "job", time.Minute)
+		rb := dialTestNodes(t, c.nodes)
+		_, err := rb.TryAcquire(ctx, "job", time.Minute)
 		require.ErrorIs(t, err, redlock.ErrTaken)
 		synctest.Wait()
 		require.Equal(t, redlock.IncVerified, redlock.Incarnations(rb)[0].Status, "node 0's new incarnation is recorded: %+v", redlock.Incarnations(rb))

@@ -609,7 +609,8 @@ func (a *multiAcq) count(acq *tally) []int {
 		for i, r := range acq.results {
 			switch {
 			case r.Outcome == OutcomeQuarantined && acq.epochs[i] == epochNodeQuarantined:
-				others++ // as tally.Record counts it for a single key
+				// A node that may have lost its data: neither new nor
+				// history, as tally.Record counts it for a single key.
 			case r.Outcome == OutcomeGranted || r.Outcome == OutcomeQuarantined:
 				if a.per[i].epochs[j] == epochNew {
 					fresh++

@@ -93,9 +93,13 @@ type tally struct {
 	// timed out or answering an error. freshOK counts the grants on epochs
 	// created just now that count at once: their node's incarnation is
 	// verified and old (incarnation.go), so the epoch is new indeed.
-	fresh, freshOK, others, taken, failed int
-	need                                  int
-	rule                                  voteRule
+	// blind counts the grants of nodes quarantined as a whole
+	// (epochNodeQuarantined): such a node may have lost its data, so its
+	// answer tells nothing of the key's history, neither new nor old: for
+	// the first-use rule it is as a node that did not answer.
+	fresh, freshOK, others, taken, failed, blind int
+	need                                         int
+	rule                                         voteRule
 }
 
 // brandNew reports whether the key is new to the cluster: at least a
@@ -248,6 +252,8 @@ func (t *tally) Record(ctx context.Context, r reply) {
 		if res.Outcome != OutcomeCanceled {
 			t.failed++
 		}
+	case res.Outcome == OutcomeQuarantined && r.Epoch == epochNodeQuarantined:
+		t.blind++
 	case res.Outcome == OutcomeQuarantined && r.Epoch == epochNew:
 		t.fresh++
 	case res.Outcome == OutcomeGranted && r.Epoch == epochNew:
@@ -285,7 +291,7 @@ func (t *tally) Decided(answered int) bool {
 	// Lost. With why, only once a majority answered (the nodes' refusals
 	// decided it) or the nodes that failed are too many for one to answer
 	// (an outage): QuorumError tells ErrTaken from ErrNoQuorum by that.
-	return t.rule != decideWhy || t.fresh+t.freshOK+t.others >= t.need || t.failed > n-t.need
+	return t.rule != decideWhy || t.fresh+t.freshOK+t.others+t.blind >= t.need || t.failed > n-t.need
 }
 
 // Unanswered marks the nodes that had not answered when the clock or the

@@ -425,6 +425,9 @@ func dial(urls []string, adjust func(i int, o *redis.Options), opts []Option) (*
 	if err != nil {
 		return nil, err
 	}
+	if c.inc != nil {
+		c.inc.watched = true // connected sees every restart
+	}
 	for i, n := range c.nodes {
 		if adjust != nil {
 			adjust(i, parsed[i])
