@@ -333,6 +333,14 @@ type Client struct {
 // given up at the per-node timeout rather than at ReadTimeout (the vote never
 // waits for it either way). Other values are logged as a warning.
 //
+// The amnesia guard reads each node's incarnation on these clients too, but
+// cannot see a node restart on reconnecting (Dial installs that hook on the
+// clients it makes): a restart that kept the node's marker (a restore from
+// an older snapshot) would go unseen. So with New a key's first use is
+// always judged by the per-key rule and waits for every node's answer, up
+// to the per-node timeout; with Dial it decides at the majority on nodes
+// that are verified and old (docs/amnesia.md).
+//
 // It returns ErrInvalidArgument for zero clients, a nil client, the same
 // client or address twice, or a bad option.
 func New(clients []redis.UniversalClient, opts ...Option) (*Client, error) {
