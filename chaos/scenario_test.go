@@ -45,8 +45,22 @@ func runCatalogue(t *testing.T, backend Backend) {
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
 				cluster := newCatalogueCluster(t, backend)
-				res, err := Run(ctx, cluster, s, 1, 7, func(line string) { t.Log(line) })
-				require.NoError(t, err)
+				// A trial that took no lock where locks are expected tested
+				// nothing (on a loaded machine every call of a short trial
+				// can time out): another trial, with another seed, up to 3
+				// in all, as the election catalogue does. The first trial
+				// that took a lock, or showed a violation, is the one
+				// judged; safety is checked in every one.
+				var res Result
+				var err error
+				for seed := uint64(7); ; seed++ {
+					res, err = Run(ctx, cluster, s, 1, seed, func(line string) { t.Log(line) })
+					require.NoError(t, err)
+					if s.Availability != Available || res.IdleTrials == 0 || res.Violations > 0 || seed == 9 {
+						break
+					}
+					t.Logf("%s: trial %d took no lock (a liveness miss); another trial", s.Name, seed-6)
+				}
 				for _, n := range res.Notes {
 					t.Log("note:", n)
 				}
