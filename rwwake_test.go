@@ -158,6 +158,7 @@ func TestRWMutex_WriterReleaseWakesEveryReader(t *testing.T) {
 					assert.Equal(t, 2, r.l.Attempts(), r.who)
 					held = append(held, r.l)
 				}
+				synctest.Wait() // every reader's grants have landed, those after its majority too
 				_, err = rw.TryLock(ctx, ttl10s)
 				require.ErrorIs(t, err, redlock.ErrTaken)
 				assert.Contains(t, err.Error(), fmt.Sprintf("%d readers hold it", k), "all hold at once")
