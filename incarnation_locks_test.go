@@ -2,12 +2,10 @@ package redlock_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -232,18 +230,12 @@ func TestIncarnation_LostNodeAdmitsNoSecondMultiOrRWHolder(t *testing.T) {
 func TestIncarnation_RestartedNodeWithItsDataCountsForNoMultiOrRWLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		nodes := make([]*testNode, 3)
-		urls := make([]string, 3)
 		for i := range nodes {
 			nodes[i] = newTestNode(t, i)
 			nodes[i].EmulateInfo("noeviction")
-			urls[i] = "redis://" + nodes[i].addr
 		}
 		time.Sleep(2 * time.Minute) // every node is old
-		rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
-			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
-		})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, rl.Close()) }()
+		rl := dialTestNodes(t, nodes)
 		ctx := t.Context()
 		rw, err := rl.RWMutex("doc")
 		require.NoError(t, err)

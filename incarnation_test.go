@@ -229,18 +229,12 @@ func TestIncarnation_DialSeesRestartByRunID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &syncBuf{}
 		nodes := make([]*testNode, 3)
-		urls := make([]string, 3)
 		for i := range nodes {
 			nodes[i] = newTestNode(t, i)
 			nodes[i].EmulateInfo("noeviction")
-			urls[i] = "redis://" + nodes[i].addr
 		}
 		time.Sleep(2 * time.Minute) // every node is old
-		rl, err := redlock.DialWith(urls, func(i int, o *redis.Options) {
-			o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nodes[i].dial() }
-		}, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-		require.NoError(t, err)
-		defer func() { require.NoError(t, rl.Close()) }()
+		rl := dialTestNodes(t, nodes, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		lock, err := rl.Acquire(t.Context(), "warm-up", 10*time.Second)
 		require.NoError(t, err)
 		require.NoError(t, lock.Release(t.Context()))
@@ -301,8 +295,7 @@ func TestIncarnation_YoungUnrecordedNodeGrantsNoFreshNameAtOnce(t *testing.T) {
 		c.nodes[0].RestartEmpty(t)
 		c.nodes[2].Revive(t)
 		for _, nd := range c.nodes {
-			for nd.rc.Ping(ctx).Err() != nil { // drop the closed connections
-			}
+			nd.dropStaleConns(t)
 		}
 
 		// B, another process (made with Dial: an old verified node's fresh

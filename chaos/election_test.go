@@ -38,20 +38,7 @@ func runElectionCatalogue(t *testing.T, backend Backend) {
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
 				cluster := newCatalogueCluster(t, backend)
-				// A trial that took no lock tested nothing (on a loaded
-				// machine every call can time out): another trial, with
-				// another seed, up to 3 in all. The first trial that took a
-				// lock, or showed a violation, is the one judged.
-				var res Result
-				var err error
-				for seed := uint64(7); ; seed++ {
-					res, err = Run(ctx, cluster, s, 1, seed, func(line string) { t.Log(line) })
-					require.NoError(t, err)
-					if res.IdleTrials == 0 || res.Violations > 0 || seed == 9 {
-						break
-					}
-					t.Logf("%s: trial %d took no lock (a liveness miss); another trial", s.Name, seed-6)
-				}
+				res := runTrialTakingALock(t, ctx, cluster, s, true)
 				for _, n := range res.Notes {
 					t.Log("note:", n)
 				}

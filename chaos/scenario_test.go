@@ -45,22 +45,7 @@ func runCatalogue(t *testing.T, backend Backend) {
 			defer func() { <-sem }()
 			t.Run(s.Name, func(t *testing.T) {
 				cluster := newCatalogueCluster(t, backend)
-				// A trial that took no lock where locks are expected tested
-				// nothing (on a loaded machine every call of a short trial
-				// can time out): another trial, with another seed, up to 3
-				// in all, as the election catalogue does. The first trial
-				// that took a lock, or showed a violation, is the one
-				// judged; safety is checked in every one.
-				var res Result
-				var err error
-				for seed := uint64(7); ; seed++ {
-					res, err = Run(ctx, cluster, s, 1, seed, func(line string) { t.Log(line) })
-					require.NoError(t, err)
-					if s.Availability != Available || res.IdleTrials == 0 || res.Violations > 0 || seed == 9 {
-						break
-					}
-					t.Logf("%s: trial %d took no lock (a liveness miss); another trial", s.Name, seed-6)
-				}
+				res := runTrialTakingALock(t, ctx, cluster, s, s.Availability == Available)
 				for _, n := range res.Notes {
 					t.Log("note:", n)
 				}
@@ -87,6 +72,24 @@ func runCatalogue(t *testing.T, backend Backend) {
 		t.Errorf("redis-server pids left after Close: %v", pids)
 	}
 	waitDialProbes(t)
+}
+
+// runTrialTakingALock runs one trial of s on cluster (seed 7) and, when
+// retry, another with the next seed while the trial took no lock and showed
+// no violation, up to 3 in all: a trial that took no lock tested nothing (on
+// a loaded machine every call of a short trial can time out). The first
+// trial that took a lock, or showed a violation, is the one returned, so
+// safety is judged in every trial run.
+func runTrialTakingALock(t *testing.T, ctx context.Context, cluster *Cluster, s Scenario, retry bool) Result {
+	t.Helper()
+	for seed := uint64(7); ; seed++ {
+		res, err := Run(ctx, cluster, s, 1, seed, func(line string) { t.Log(line) })
+		require.NoError(t, err)
+		if !retry || res.IdleTrials == 0 || res.Violations > 0 || seed == 9 {
+			return res
+		}
+		t.Logf("%s: trial %d took no lock (a liveness miss); another trial", s.Name, seed-6)
+	}
 }
 
 func TestCatalogue_InProcess(t *testing.T) {
